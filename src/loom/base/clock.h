@@ -1,0 +1,31 @@
+// Monotonic time for statistics and deadlines.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+
+namespace loom::base {
+
+inline double NowSeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+inline int64_t NowMicros() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Measures elapsed wall time since construction or the last Reset().
+class Stopwatch {
+ public:
+  Stopwatch() : start_(NowSeconds()) {}
+  void Reset() { start_ = NowSeconds(); }
+  double Seconds() const { return NowSeconds() - start_; }
+
+ private:
+  double start_;
+};
+
+}  // namespace loom::base

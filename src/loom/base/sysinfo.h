@@ -1,0 +1,24 @@
+// Facts about this machine that planners and benchmarks need.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace loom::base {
+
+struct MemoryInfo {
+  int64_t total_bytes = 0;
+  int64_t available_bytes = 0;  // MemAvailable: what can be used without swapping
+};
+
+// Reads /proc/meminfo (falls back to sysconf); zeros when unknown.
+MemoryInfo ReadMemoryInfo();
+
+// The CPU model name, e.g. "AMD EPYC 9B45", or "unknown".
+std::string CpuModelName();
+
+// Measures the sustained memory read bandwidth in bytes/s with `threads` threads reading a buffer of
+// `bytes` (larger than the last-level cache), best of `repeats` passes.  Takes ~0.1-1 s.
+double MeasureReadBandwidth(int threads, int64_t bytes = int64_t{1} << 30, int repeats = 5);
+
+}  // namespace loom::base

@@ -1,0 +1,25 @@
+// The `loom` subcommands.  Each Add*Command registers one subcommand with its options on `app`;
+// when that subcommand is chosen on the command line, its callback stores the work to do in
+// *action, which main() runs after parsing (so that parse errors never start any work).
+// An action returns the process exit code: 0 success, 1 failure (message on stderr), 2 bad usage.
+#pragma once
+
+#include <functional>
+
+namespace CLI {
+class App;
+}
+
+namespace loom::cli {
+
+using Action = std::function<int()>;
+
+void AddRunCommand(CLI::App& app, Action* action);        // cmd_run.cc: generate text
+void AddTokenizeCommand(CLI::App& app, Action* action);   // cmd_tokenize.cc: text -> token ids
+void AddInfoCommand(CLI::App& app, Action* action);       // cmd_info.cc: describe a model file
+void AddSynthCommand(CLI::App& app, Action* action);      // cmd_synth.cc: write a synthetic model
+void AddBenchCommand(CLI::App& app, Action* action);      // cmd_bench.cc: tokens/s and roofline
+void AddLaunchCommand(CLI::App& app, Action* action);     // cmd_launch.cc: start a process group
+void AddCommBenchCommand(CLI::App& app, Action* action);  // cmd_comm_bench.cc: collective speeds
+
+}  // namespace loom::cli

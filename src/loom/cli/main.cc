@@ -1,0 +1,33 @@
+// loom: run large language models on one machine, a pod of machines, or a network of them.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+
+#include "loom/cli/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "loom — run large language models on one machine or across several.\n"
+      "Run `loom <command> --help` for the options of a command."};
+  app.name("loom");
+  app.require_subcommand(1);
+  loom::cli::Action action;
+  loom::cli::AddRunCommand(app, &action);
+  loom::cli::AddTokenizeCommand(app, &action);
+  loom::cli::AddInfoCommand(app, &action);
+  loom::cli::AddSynthCommand(app, &action);
+  loom::cli::AddBenchCommand(app, &action);
+  loom::cli::AddLaunchCommand(app, &action);
+  loom::cli::AddCommBenchCommand(app, &action);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return 2;
+  }
+  return action ? action() : 2;
+}

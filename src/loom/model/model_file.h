@@ -1,0 +1,115 @@
+// One description of a model, whatever file format it came from: hyperparameters, a table of named
+// tensors that point into memory-mapped files, and the tokenizer data stored with the model.
+//
+// Tensor names follow GGUF's llama convention whatever the source format:
+//   token_embd.weight (vocab, dim)          output_norm.weight (dim)       output.weight (vocab, dim)
+//   blk.N.attn_norm.weight (dim)            blk.N.ffn_norm.weight (dim)
+//   blk.N.attn_q.weight (n_heads*head_dim, dim)
+//   blk.N.attn_k.weight / attn_v.weight (n_kv_heads*head_dim, dim)
+//   blk.N.attn_output.weight (dim, n_heads*head_dim)
+//   blk.N.ffn_gate.weight / ffn_up.weight (ffn_dim, dim)   blk.N.ffn_down.weight (dim, ffn_dim)
+// Shapes here are written outermost first (rows, cols), unlike GGUF's ne[] order.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "loom/base/mapped_file.h"
+#include "loom/base/status.h"
+#include "loom/kernels/matrix.h"
+#include "loom/kernels/ops.h"
+
+namespace loom::model {
+
+enum class RopeScalingType : uint8_t { kNone, kLinear, kLlama3 };
+
+struct RopeScaling {
+  RopeScalingType type = RopeScalingType::kNone;
+  float factor = 1.0f;
+  float low_freq_factor = 1.0f;    // llama3
+  float high_freq_factor = 4.0f;   // llama3
+  int64_t original_context = 0;    // llama3: original_max_position_embeddings
+};
+
+struct HParams {
+  std::string arch = "llama";  // architecture name as GGUF spells it (general.architecture)
+  int64_t dim = 0;             // model (embedding) width
+  int64_t n_layers = 0;
+  int64_t n_heads = 0;
+  int64_t n_kv_heads = 0;
+  int64_t head_dim = 0;        // usually dim / n_heads
+  int64_t ffn_dim = 0;         // hidden width of the feed-forward block
+  int64_t vocab_size = 0;
+  int64_t context_length = 0;  // trained context
+  float rms_eps = 1e-5f;
+  float rope_theta = 10000.0f;
+  kernels::RopeStyle rope_style = kernels::RopeStyle::kInterleaved;
+  RopeScaling rope_scaling;
+  bool tied_embeddings = false;  // output head reuses token_embd.weight
+};
+
+// Tokenizer data as stored with a model; the text layer builds a tokenizer from it.
+struct TokenizerSpec {
+  std::string model;                // "llama" (SentencePiece scores BPE), "gpt2" (byte-level BPE),
+                                    // "" when the model file carries no tokenizer
+  std::vector<std::string> tokens;  // piece text by id
+  std::vector<float> scores;        // merge priority by id (llama); may be empty
+  std::vector<int32_t> token_types; // GGUF token types: 1 normal, 2 unknown, 3 control,
+                                    // 4 user-defined, 5 unused, 6 byte; may be empty
+  std::vector<std::string> merges;  // "a b" pairs by rank (gpt2)
+  std::string pre;                  // pre-tokenizer name (gpt2), e.g. "llama-bpe", "qwen2"
+  int32_t bos_id = -1;
+  int32_t eos_id = -1;
+  int32_t unk_id = -1;
+  int32_t pad_id = -1;
+  bool add_bos = true;
+  bool add_eos = false;
+  bool add_space_prefix = true;     // SentencePiece dummy prefix
+  bool stop_at_bos = false;         // llama2.c models: sampling BOS ends generation
+  std::string chat_template;        // Jinja source, empty when none
+};
+
+// One tensor in place.
+struct TensorInfo {
+  std::string name;
+  kernels::DType type = kernels::DType::kF32;
+  std::vector<int64_t> shape;  // outermost first: (rows, cols) for matrices, (n) for vectors
+  const std::byte* data = nullptr;  // inside one of ModelFile's mappings
+  int64_t size_bytes = 0;
+  int64_t file_offset = 0;          // absolute offset in its file (for loaders of shards)
+
+  int64_t elements() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+  }
+  // The tensor as a matrix (a vector is one row).
+  kernels::MatrixView matrix() const;
+};
+
+// A loaded model: owns its mappings; tensors point into them.
+struct ModelFile {
+  std::string path;     // what the user gave
+  std::string format;   // "gguf", "llama2c", ...
+  HParams hparams;
+  TokenizerSpec tokenizer;
+  std::map<std::string, TensorInfo> tensors;
+  std::map<std::string, std::string> metadata;  // printable key -> value summary (for `loom info`)
+  std::vector<base::MappedFile> mappings;
+
+  // Finds a tensor and checks its type is usable as a matrix/vector of the given shape.
+  StatusOr<const TensorInfo*> Find(const std::string& name) const;
+  StatusOr<const TensorInfo*> Find(const std::string& name,
+                                   const std::vector<int64_t>& expected_shape) const;
+  int64_t total_tensor_bytes() const;
+};
+
+// Opens a model by sniffing its format (GGUF magic, llama2.c header).  Errors name the file and the
+// problem.  A llama2.c checkpoint carries no tokenizer (tokenizer.model stays empty); the caller
+// loads one from a separate file.
+StatusOr<std::unique_ptr<ModelFile>> OpenModel(const std::string& path);
+
+}  // namespace loom::model
