@@ -4,11 +4,12 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake ninja-build pkg-config git
+  build-essential cmake ninja-build pkg-config git jq
   libhwy-dev nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin
-  libpcre2-dev libcurl4-openssl-dev
+  libpcre2-dev libcurl4-openssl-dev libssl-dev libicu-dev
   clang libclang-rt-14-dev
+  chromium
 )
 
 missing=()

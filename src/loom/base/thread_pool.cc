@@ -15,6 +15,18 @@
 
 namespace loom::base {
 
+namespace {
+// One step of a spin-wait: pause instructions first (microsecond hand-offs on idle cores), then
+// sched_yield, so that a waiter on an oversubscribed machine lets the thread it waits for run.
+inline void Relax(int iteration) {
+  if (iteration < 1024) {
+    LOOM_CPU_RELAX();
+  } else {
+    sched_yield();
+  }
+}
+}  // namespace
+
 int ThreadPool::AvailableCores() {
   cpu_set_t set;
   CPU_ZERO(&set);
@@ -57,7 +69,7 @@ void ThreadPool::RunImpl(Fn fn, const void* ctx) {
     cv_.notify_all();
   }
   fn(ctx, 0);
-  while (pending_.load(std::memory_order_acquire) != 0) LOOM_CPU_RELAX();
+  for (int i = 0; pending_.load(std::memory_order_acquire) != 0; ++i) Relax(i);
 }
 
 void ThreadPool::WorkerLoop(int index) {
@@ -68,7 +80,7 @@ void ThreadPool::WorkerLoop(int index) {
       const auto deadline =
           std::chrono::steady_clock::now() + std::chrono::microseconds(spin_microseconds_);
       for (int i = 0; gen == seen; ++i) {
-        LOOM_CPU_RELAX();
+        Relax(i);
         gen = generation_.load(std::memory_order_acquire);
         if ((i & 255) == 255 && gen == seen && std::chrono::steady_clock::now() > deadline) {
           std::unique_lock<std::mutex> lock(mu_);

@@ -1,20 +1,116 @@
-// TEMPORARY placeholder: replaced by the real `loom synth`.
+// `loom synth --shape SHAPE --type TYPE -o FILE [--seed S] [--threads N]` writes a GGUF Llama model
+// with deterministic pseudo-random weights and a working tokenizer; `loom synth --list` prints the
+// shapes.  Big models show progress (percent, MB/s) on stderr; the write is atomic.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <memory>
+#include <string>
 
+#include "loom/base/clock.h"
 #include "loom/cli/commands.h"
+#include "loom/model/synth.h"
 
 namespace loom::cli {
+namespace {
+
+struct SynthCliOptions {
+  std::string shape = "tiny";
+  std::string type = "f32";
+  std::string out;
+  uint64_t seed = 1;
+  int threads = 0;
+  bool list = false;
+};
+
+int64_t ParameterCount(const model::SynthShape& s) {
+  const int64_t head_dim = s.dim / s.n_heads;
+  const int64_t kv = s.n_kv_heads * head_dim;
+  const int64_t per_layer = 2 * s.dim + 2 * s.dim * s.dim + 2 * kv * s.dim + 3 * s.dim * s.ffn_dim;
+  return 2 * s.vocab_size * s.dim + s.dim + s.n_layers * per_layer;
+}
+
+void PrintShapes() {
+  std::printf("%-16s %6s %6s %6s %6s %6s %7s %7s %10s\n", "shape", "dim", "ffn", "layers", "heads",
+              "kv", "vocab", "context", "params");
+  for (const model::SynthShape& s : model::SynthShapes()) {
+    std::printf("%-16.*s %6lld %6lld %6lld %6lld %6lld %7lld %7lld %9.2fM\n",
+                static_cast<int>(s.name.size()), s.name.data(), static_cast<long long>(s.dim),
+                static_cast<long long>(s.ffn_dim), static_cast<long long>(s.n_layers),
+                static_cast<long long>(s.n_heads), static_cast<long long>(s.n_kv_heads),
+                static_cast<long long>(s.vocab_size), static_cast<long long>(s.context_length),
+                static_cast<double>(ParameterCount(s)) / 1e6);
+  }
+  std::printf("types: f32 f16 bf16 q8_0 q4_0 (norm vectors are always f32)\n");
+}
+
+int RunSynth(const SynthCliOptions& o) {
+  if (o.list) {
+    PrintShapes();
+    return 0;
+  }
+  if (o.out.empty()) {
+    std::fprintf(stderr, "loom synth: -o FILE is required (or --list)\n");
+    return 2;
+  }
+  const model::SynthShape* shape = model::FindSynthShape(o.shape);
+  if (shape == nullptr) {
+    std::fprintf(stderr, "loom synth: unknown shape '%s' (see loom synth --list)\n",
+                 o.shape.c_str());
+    return 2;
+  }
+  StatusOr<kernels::DType> type = model::ParseDType(o.type);
+  if (!type.ok()) {
+    std::fprintf(stderr, "loom synth: %s\n", type.status().message().c_str());
+    return 2;
+  }
+  model::SynthOptions options;
+  options.shape = *shape;
+  options.type = *type;
+  options.seed = o.seed;
+  options.threads = o.threads;
+  const base::Stopwatch watch;
+  double last_report = -1.0;
+  constexpr int64_t kProgressAbove = int64_t{64} << 20;  // small models finish too fast to watch
+  options.progress = [&](int64_t done, int64_t total) {
+    if (total < kProgressAbove) return;
+    const double t = watch.Seconds();
+    if (done < total && t - last_report < 0.5) return;
+    last_report = t;
+    std::fprintf(stderr, "\rloom synth: %3.0f%%  %7.0f / %.0f MB  %6.0f MB/s", 100.0 * done / total,
+                 done / 1e6, total / 1e6, t > 0 ? done / 1e6 / t : 0.0);
+    if (done == total) std::fprintf(stderr, "\n");
+    std::fflush(stderr);
+  };
+  const Status s = model::WriteSynthModel(o.out, options);
+  if (!s.ok()) {
+    std::fprintf(stderr, "\nloom synth: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "loom synth: wrote %s (%s %.*s, %.2fM parameters, seed %llu) in %.1f s\n",
+               o.out.c_str(), std::string(kernels::Traits(*type).name).c_str(),
+               static_cast<int>(shape->name.size()), shape->name.data(),
+               static_cast<double>(ParameterCount(*shape)) / 1e6,
+               static_cast<unsigned long long>(o.seed), watch.Seconds());
+  return 0;
+}
+
+}  // namespace
 
 void AddSynthCommand(CLI::App& app, Action* action) {
   CLI::App* sub = app.add_subcommand("synth", "write a model with random weights");
-  sub->callback([action] {
-    *action = [] {
-      std::fprintf(stderr, "loom synth: not built yet\n");
-      return 1;
-    };
-  });
+  auto options = std::make_shared<SynthCliOptions>();
+  sub->add_option("--shape", options->shape, "tiny | tinyllama-1.1b | llama2-7b (see --list)")
+      ->capture_default_str();
+  sub->add_option("--type", options->type, "weight type: f32 | f16 | bf16 | q8_0 | q4_0")
+      ->capture_default_str();
+  sub->add_option("-o,--output", options->out, "the GGUF file to write");
+  sub->add_option("--seed", options->seed, "random seed (same seed, same file)")
+      ->capture_default_str();
+  sub->add_option("--threads", options->threads, "threads (0: one per core)")
+      ->capture_default_str();
+  sub->add_flag("--list", options->list, "print the known shapes and exit");
+  sub->callback([action, options] { *action = [options] { return RunSynth(*options); }; });
 }
 
 }  // namespace loom::cli

@@ -21,5 +21,9 @@ void AddSynthCommand(CLI::App& app, Action* action);      // cmd_synth.cc: write
 void AddBenchCommand(CLI::App& app, Action* action);      // cmd_bench.cc: tokens/s and roofline
 void AddLaunchCommand(CLI::App& app, Action* action);     // cmd_launch.cc: start a process group
 void AddCommBenchCommand(CLI::App& app, Action* action);  // cmd_comm_bench.cc: collective speeds
+void AddPlanCommand(CLI::App& app, Action* action);       // cmd_plan.cc: parallel plans, predicted
+void AddServeCommand(CLI::App& app, Action* action);      // cmd_serve.cc: OpenAI-compatible server
+void AddConvertCommand(CLI::App& app, Action* action);    // cmd_convert.cc: GGUF / HF / MLX
+void AddPullCommand(CLI::App& app, Action* action);       // cmd_pull.cc: download from the Hub
 
 }  // namespace loom::cli

@@ -19,6 +19,10 @@ int main(int argc, char** argv) {
   loom::cli::AddBenchCommand(app, &action);
   loom::cli::AddLaunchCommand(app, &action);
   loom::cli::AddCommBenchCommand(app, &action);
+  loom::cli::AddPlanCommand(app, &action);
+  loom::cli::AddServeCommand(app, &action);
+  loom::cli::AddConvertCommand(app, &action);
+  loom::cli::AddPullCommand(app, &action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -16,8 +16,9 @@
 
 namespace loom::kernels {
 
-// Scratch memory for MatMul (quantized activations).  It grows on first use to the largest size seen
-// and is then reused: after a warm-up call with the largest (n, cols), MatMul does not allocate.
+// Scratch memory for MatMul (quantized activations).  It grows on first use to the largest size
+// seen and is then reused: after a warm-up call with the largest (n, cols), MatMul does not
+// allocate.
 class Workspace {
  public:
   // Grows to at least `bytes`; contents are not preserved.
@@ -34,8 +35,8 @@ void MatMul(const MatrixView& w, const float* x, int64_t n, float* y, Workspace&
 
 // Several products sharing one input x (q/k/v, gate/up) in one parallel pass: ys[i](n, ws[i].rows)
 // = x(n, cols) . ws[i]^T.  All matrices must have the same cols and type.
-void MatMulMulti(std::span<const MatrixView> w, const float* x, int64_t n, std::span<float* const> y,
-                 Workspace& ws, base::ThreadPool& pool);
+void MatMulMulti(std::span<const MatrixView> w, const float* x, int64_t n,
+                 std::span<float* const> y, Workspace& ws, base::ThreadPool& pool);
 
 // out(cols) = row `row` of w converted to float (embedding lookup).
 void DequantizeRow(const MatrixView& w, int64_t row, float* out);

@@ -9,8 +9,8 @@
 namespace loom::kernels {
 
 // Row-major W with `rows` output features and `cols` input features, stored in `type`; row r starts
-// at data + r * row_stride bytes.  Views of row ranges and of block-aligned column ranges point into
-// the same bytes: tensor-parallel shards are views, never copies.
+// at data + r * row_stride bytes.  Views of row ranges and of block-aligned column ranges point
+// into the same bytes: tensor-parallel shards are views, never copies.
 struct MatrixView {
   DType type = DType::kF32;
   int64_t rows = 0;

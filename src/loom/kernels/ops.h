@@ -16,7 +16,8 @@ enum class RopeStyle : uint8_t {
 };
 
 // Rotates each of `n_heads` heads of `head_dim` values in x(n_heads, head_dim) in place; pair i of
-// every head is rotated by the angle whose cos/sin are cos_sin[2i], cos_sin[2i+1] (head_dim/2 pairs).
+// every head is rotated by the angle whose cos/sin are cos_sin[2i], cos_sin[2i+1] (head_dim/2
+// pairs).
 void Rope(float* x, int64_t n_heads, int64_t head_dim, const float* cos_sin, RopeStyle style);
 
 // x(n) = softmax(x), numerically stable (max subtracted).

@@ -2,18 +2,21 @@
 // tensors that point into memory-mapped files, and the tokenizer data stored with the model.
 //
 // Tensor names follow GGUF's llama convention whatever the source format:
-//   token_embd.weight (vocab, dim)          output_norm.weight (dim)       output.weight (vocab, dim)
-//   blk.N.attn_norm.weight (dim)            blk.N.ffn_norm.weight (dim)
+//   token_embd.weight (vocab, dim)     output_norm.weight (dim)     output.weight (vocab, dim)
+//   blk.N.attn_norm.weight (dim)       blk.N.ffn_norm.weight (dim)
 //   blk.N.attn_q.weight (n_heads*head_dim, dim)
 //   blk.N.attn_k.weight / attn_v.weight (n_kv_heads*head_dim, dim)
 //   blk.N.attn_output.weight (dim, n_heads*head_dim)
 //   blk.N.ffn_gate.weight / ffn_up.weight (ffn_dim, dim)   blk.N.ffn_down.weight (dim, ffn_dim)
+//   Qwen2: blk.N.attn_q.bias (n_heads*head_dim), attn_k.bias / attn_v.bias (n_kv_heads*head_dim)
+//   Qwen3: blk.N.attn_q_norm.weight / attn_k_norm.weight (head_dim)
 // Shapes here are written outermost first (rows, cols), unlike GGUF's ne[] order.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -29,9 +32,12 @@ enum class RopeScalingType : uint8_t { kNone, kLinear, kLlama3 };
 struct RopeScaling {
   RopeScalingType type = RopeScalingType::kNone;
   float factor = 1.0f;
-  float low_freq_factor = 1.0f;    // llama3
-  float high_freq_factor = 4.0f;   // llama3
-  int64_t original_context = 0;    // llama3: original_max_position_embeddings
+  float low_freq_factor = 1.0f;   // llama3
+  float high_freq_factor = 4.0f;  // llama3
+  int64_t original_context = 0;   // llama3: original_max_position_embeddings
+  // (head_dim / 2) divisors of each rotated pair's frequency, applied after the scaling above;
+  // empty when none.  Llama 3.1+ GGUF files carry them as the tensor rope_freqs.weight.
+  std::vector<float> freq_factors;
 };
 
 struct HParams {
@@ -40,8 +46,8 @@ struct HParams {
   int64_t n_layers = 0;
   int64_t n_heads = 0;
   int64_t n_kv_heads = 0;
-  int64_t head_dim = 0;        // usually dim / n_heads
-  int64_t ffn_dim = 0;         // hidden width of the feed-forward block
+  int64_t head_dim = 0;  // usually dim / n_heads
+  int64_t ffn_dim = 0;   // hidden width of the feed-forward block
   int64_t vocab_size = 0;
   int64_t context_length = 0;  // trained context
   float rms_eps = 1e-5f;
@@ -53,33 +59,41 @@ struct HParams {
 
 // Tokenizer data as stored with a model; the text layer builds a tokenizer from it.
 struct TokenizerSpec {
-  std::string model;                // "llama" (SentencePiece scores BPE), "gpt2" (byte-level BPE),
-                                    // "" when the model file carries no tokenizer
-  std::vector<std::string> tokens;  // piece text by id
-  std::vector<float> scores;        // merge priority by id (llama); may be empty
-  std::vector<int32_t> token_types; // GGUF token types: 1 normal, 2 unknown, 3 control,
-                                    // 4 user-defined, 5 unused, 6 byte; may be empty
-  std::vector<std::string> merges;  // "a b" pairs by rank (gpt2)
-  std::string pre;                  // pre-tokenizer name (gpt2), e.g. "llama-bpe", "qwen2"
+  std::string model;                 // "llama" (SentencePiece scores BPE), "gpt2" (byte-level BPE),
+                                     // "" when the model file carries no tokenizer
+  std::vector<std::string> tokens;   // piece text by id
+  std::vector<float> scores;         // merge priority by id (llama); may be empty
+  std::vector<int32_t> token_types;  // GGUF token types: 1 normal, 2 unknown, 3 control,
+                                     // 4 user-defined, 5 unused, 6 byte; may be empty
+  std::vector<std::string> merges;   // "a b" pairs by rank (gpt2)
+  std::string pre;                   // pre-tokenizer name (gpt2), e.g. "llama-bpe", "qwen2"
   int32_t bos_id = -1;
   int32_t eos_id = -1;
   int32_t unk_id = -1;
   int32_t pad_id = -1;
   bool add_bos = true;
   bool add_eos = false;
-  bool add_space_prefix = true;     // SentencePiece dummy prefix
-  bool stop_at_bos = false;         // llama2.c models: sampling BOS ends generation
-  std::string chat_template;        // Jinja source, empty when none
+  bool add_space_prefix = true;  // SentencePiece dummy prefix
+  bool stop_at_bos = false;      // llama2.c models: sampling BOS ends generation
+  std::string chat_template;     // Jinja source, empty when none
 };
 
 // One tensor in place.
 struct TensorInfo {
   std::string name;
   kernels::DType type = kernels::DType::kF32;
-  std::vector<int64_t> shape;  // outermost first: (rows, cols) for matrices, (n) for vectors
+  std::vector<int64_t> shape;       // outermost first: (rows, cols) for matrices, (n) for vectors
   const std::byte* data = nullptr;  // inside one of ModelFile's mappings
   int64_t size_bytes = 0;
-  int64_t file_offset = 0;          // absolute offset in its file (for loaders of shards)
+  int64_t file_offset = 0;  // absolute offset in its file (for loaders of shards)
+  // MLX affine-quantized matrices (types kMlx2..kMlx8): `data` holds the packed values (a
+  // little-endian, LSB-first bit stream per row); every group of `group_size` values of a row has
+  // a scale and a bias, value = scale * q + bias.  Null / 0 for other types.
+  const std::byte* scales = nullptr;                  // (rows, cols / group_size) of scale_type
+  const std::byte* biases = nullptr;                  // same shape and type
+  kernels::DType scale_type = kernels::DType::kBF16;  // kF32, kF16 or kBF16
+  int64_t group_size = 0;
+  int64_t scales_bytes = 0;  // bytes of `scales` (and of `biases`)
 
   int64_t elements() const {
     int64_t n = 1;
@@ -92,8 +106,8 @@ struct TensorInfo {
 
 // A loaded model: owns its mappings; tensors point into them.
 struct ModelFile {
-  std::string path;     // what the user gave
-  std::string format;   // "gguf", "llama2c", ...
+  std::string path;    // what the user gave
+  std::string format;  // "gguf", "llama2c", "hf" (safetensors directory), "mlx" (quantized one)
   HParams hparams;
   TokenizerSpec tokenizer;
   std::map<std::string, TensorInfo> tensors;
@@ -107,9 +121,22 @@ struct ModelFile {
   int64_t total_tensor_bytes() const;
 };
 
-// Opens a model by sniffing its format (GGUF magic, llama2.c header).  Errors name the file and the
-// problem.  A llama2.c checkpoint carries no tokenizer (tokenizer.model stays empty); the caller
-// loads one from a separate file.
+// Opens a model by sniffing its format (GGUF magic, llama2.c "ak42" magic, else a plausible legacy
+// llama2.c header).  Errors name the file and the problem.  A llama2.c checkpoint carries no
+// tokenizer (tokenizer.model stays empty, the special ids are set); the caller loads one from a
+// separate file.  A directory is a Hugging Face / MLX model directory (hf_model.h): its tokenizer
+// is not read here (tokenizer.model stays empty, `path` is the directory that holds
+// tokenizer.json).  The result has passed ValidateModel.
 StatusOr<std::unique_ptr<ModelFile>> OpenModel(const std::string& path);
+
+// The same over bytes in memory (tests, fuzzing): `bytes` must outlive the result, whose tensors
+// point into them; `name` stands for the path in errors.  No mapping is made.
+StatusOr<std::unique_ptr<ModelFile>> OpenModelFromBytes(std::span<const std::byte> bytes,
+                                                        const std::string& name);
+
+// Checks the hyperparameters for absurd values and against each other, the tokenizer ids against
+// the vocabulary, and, for architectures with the Llama tensor layout, that every tensor the
+// forward pass needs is present with the right shape.  Errors name the file and the key.
+Status ValidateModel(const ModelFile& model);
 
 }  // namespace loom::model

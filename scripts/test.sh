@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The README's second command: installs what is missing, builds Loom (Release) and runs every
+# test: unit, golden (needs ../shared; reported when missing), multi-process and fuzz-regression
+# tests through CTest.
+#
+#   scripts/test.sh [extra ctest args, e.g. -R golden]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/build.sh
+if [ ! -d ../shared ] && [ -z "${LOOM_SHARED_DIR:-}" ]; then
+  echo "WARNING: ../shared is missing: the real-model and golden tests will be SKIPPED" >&2
+fi
+# The serve tests' npm packages (OpenAI client, playwright-core) and the tokenizer reference
+# packages (tests/text); each skipped when current.
+if command -v npm >/dev/null; then
+  tests/serve/install.sh
+  tests/text/install.sh
+else
+  echo "WARNING: npm is missing: the serve black-box tests will fail (install Node.js >= 20)" >&2
+fi
+jobs=$(nproc 2>/dev/null || echo 2)
+ctest --test-dir build --output-on-failure --timeout 600 -j "$jobs" "$@"

@@ -1,0 +1,197 @@
+// `loom serve`: an OpenAI-compatible HTTP server (chat and text completions, streaming, models,
+// health, Prometheus metrics) with continuous batching and a web chat page at /.
+#include <sys/resource.h>
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "loom/cli/commands.h"
+#include "loom/cli/common.h"
+#include "loom/engine/batch_engine.h"
+#include "loom/engine/loaded_model.h"
+#include "loom/serve/server.h"
+
+namespace loom::cli {
+namespace {
+
+struct ServeOptions {
+  std::string model;
+  std::string tokenizer;
+  std::string name;
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  std::string api_key;
+  bool insecure = false;
+  int64_t parallel = 4;
+  int64_t context = 0;
+  int64_t queue = 64;
+  int threads = 0;
+  int64_t batch = 256;
+  int64_t prefill_chunk = 64;
+  double read_timeout = 10;
+  int64_t max_body = 4 << 20;
+};
+
+// The model the server runs: a ForwardPass with its tokenizer.  Today a local Transformer holding
+// --parallel sequences; a pod (--tp/--pp, rank 0 serving while the other ranks follow its steps)
+// will plug in here and nowhere else.
+struct ServeBackend {
+  engine::LoadedModel local;
+  model::ForwardPass* forward = nullptr;
+  const text::Tokenizer* tokenizer = nullptr;
+  const model::TokenizerSpec* tokenizer_spec = nullptr;
+  int threads = 0;
+};
+
+StatusOr<std::unique_ptr<ServeBackend>> OpenBackend(const ServeOptions& o) {
+  engine::LoadOptions load;
+  load.model_path = o.model;
+  load.tokenizer_path = o.tokenizer;
+  load.threads = o.threads;
+  load.context = o.context;
+  load.n_slots = o.parallel;
+  load.max_batch = std::max(o.batch, o.parallel);  // every sequence decodes in each step
+  auto b = std::make_unique<ServeBackend>();
+  LOOM_ASSIGN_OR_RETURN(b->local, engine::LoadModel(load));
+  b->forward = b->local.transformer.get();
+  b->tokenizer = b->local.tokenizer.get();
+  b->tokenizer_spec = &b->local.file->tokenizer;
+  b->threads = b->local.pool->size();
+  return b;
+}
+
+bool IsLoopback(const std::string& host) {
+  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1" || host == "[::1]";
+}
+
+std::string ModelName(const ServeOptions& o) {
+  if (!o.name.empty()) return o.name;
+  return std::filesystem::path(o.model).stem().string();
+}
+
+int RunServe(const ServeOptions& o) {
+  if (!IsLoopback(o.host) && o.api_key.empty() && !o.insecure) {
+    std::fprintf(stderr,
+                 "loom serve: binding %s exposes the server beyond this machine; give --api-key "
+                 "KEY (clients send 'Authorization: Bearer KEY') or --insecure to serve without "
+                 "one\n",
+                 o.host.c_str());
+    return 2;
+  }
+  // Signals are taken by sigwait() below: block them before any thread starts, so that every
+  // thread inherits the mask and none is interrupted.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+  // Every client holds a descriptor: allow as many as the hard limit does (up to 65536).
+  rlimit files{};
+  if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = std::min<rlim_t>(files.rlim_max, 65536);
+    setrlimit(RLIMIT_NOFILE, &files);
+  }
+
+  auto backend = OpenBackend(o);
+  if (!backend.ok()) return Fail("serve", backend.status());
+  ServeBackend& b = **backend;
+
+  engine::BatchEngineOptions eo;
+  eo.max_queue = o.queue;
+  eo.prefill_chunk = o.prefill_chunk;
+  auto engine = engine::BatchEngine::Create(*b.forward, *b.tokenizer, eo);
+  if (!engine.ok()) return Fail("serve", engine.status());
+
+  serve::ServerOptions so;
+  so.http.host = o.host;
+  so.http.port = o.port;
+  so.http.read_timeout_s = o.read_timeout;
+  so.http.limits.max_body_bytes = o.max_body;
+  so.api_key = o.api_key;
+  so.model_id = ModelName(o);
+  auto server = serve::Server::Create(so, **engine, *b.tokenizer, *b.tokenizer_spec);
+  if (!server.ok()) return Fail("serve", server.status());
+  (*server)->Start();
+
+  const std::string host =
+      o.host.find(':') != std::string::npos && o.host.front() != '[' ? "[" + o.host + "]" : o.host;
+  std::printf("loom serve: http://%s:%d/ (model %s, %lld slots, context %lld, %d threads%s)\n",
+              host.c_str(), (*server)->port(), so.model_id.c_str(),
+              static_cast<long long>(b.forward->n_slots()),
+              static_cast<long long>(b.forward->context()), b.threads,
+              o.api_key.empty() ? "" : ", API key required");
+  std::fflush(stdout);
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  std::fprintf(stderr, "loom serve: %s, stopping\n", sig == SIGINT ? "interrupted" : "terminated");
+  (*server)->Stop();
+  (*engine)->Stop();
+  return 0;
+}
+
+}  // namespace
+
+void AddServeCommand(CLI::App& app, Action* action) {
+  auto o = std::make_shared<ServeOptions>();
+  CLI::App* sub = app.add_subcommand(
+      "serve",
+      "Serve a model over HTTP: OpenAI-compatible /v1/chat/completions, /v1/completions and "
+      "/v1/models (streaming included), /health, /metrics, and a chat page at /");
+  sub->add_option("-m,--model", o->model, "Model file: GGUF or llama2.c checkpoint")->required();
+  sub->add_option("--tokenizer", o->tokenizer,
+                  "Tokenizer file (default: the model's own, or tokenizer.bin beside a llama2.c "
+                  "checkpoint)");
+  sub->add_option("--model-name", o->name,
+                  "Name clients pass as \"model\" (default: the file name without extension)");
+  sub->add_option("--host", o->host,
+                  "Address to listen on; anything but loopback needs --api-key or --insecure")
+      ->capture_default_str();
+  sub->add_option("--port", o->port, "TCP port; 0 picks a free one (printed when ready)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 65535));
+  sub->add_option("--api-key", o->api_key,
+                  "Require 'Authorization: Bearer KEY' on /v1/* and /metrics");
+  sub->add_flag("--insecure", o->insecure,
+                "Allow a non-loopback --host without an API key (anyone who can reach it may use "
+                "it)");
+  sub->add_option("--parallel", o->parallel,
+                  "Sequences generated at once (KV-cache slots); more requests wait in the queue")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1024}));
+  sub->add_option("--ctx", o->context,
+                  "Context length of each slot (default: the model's); KV memory grows with "
+                  "--parallel x --ctx")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
+  sub->add_option("--queue", o->queue,
+                  "Requests that may wait for a slot; beyond that the server answers 503 with "
+                  "Retry-After")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  sub->add_option("--threads", o->threads, "Compute threads (default: one per core)")
+      ->check(CLI::Range(0, 1024));
+  sub->add_option("--batch", o->batch, "Tokens per forward pass (at least --parallel)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{65536}));
+  sub->add_option("--prefill-chunk", o->prefill_chunk,
+                  "Prompt tokens per step while other requests are generating (lower: steadier "
+                  "generation for them, slower first token for new requests)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{65536}));
+  sub->add_option("--read-timeout", o->read_timeout,
+                  "Seconds a client may take to send a request's head, and again its body")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 3600.0));
+  sub->add_option("--max-body", o->max_body, "Largest request body in bytes (larger: 413)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1024}, int64_t{1} << 30));
+  sub->callback([o, action] { *action = [o] { return RunServe(*o); }; });
+}
+
+}  // namespace loom::cli

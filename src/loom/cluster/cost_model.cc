@@ -1,0 +1,190 @@
+#include "loom/cluster/cost_model.h"
+
+#include <algorithm>
+#include <thread>
+
+#include "loom/base/clock.h"
+#include "loom/base/thread_pool.h"
+#include "loom/kernels/matmul.h"
+
+namespace loom::cluster {
+
+namespace {
+
+double Transfer(const LinkFacts& link, double bytes) {
+  return link.latency_s + (link.bytes_per_s > 0 ? bytes / link.bytes_per_s : 0.0);
+}
+
+int64_t TensorBytes(const model::ModelFile& file, const char* name) {
+  auto it = file.tensors.find(name);
+  return it == file.tensors.end() ? 0 : it->second.size_bytes;
+}
+
+// Weight bytes a rank reads per decode step: everything it holds, except the embedding table (one
+// row per token) and, on tensor-parallel ranks other than the first, the output head (only the
+// first computes logits).
+double DecodeReadBytes(const model::ModelFile& file, const parallel::RankPlan& r) {
+  const model::HParams& hp = file.hparams;
+  double bytes = static_cast<double>(r.weight_bytes);
+  const double embd = static_cast<double>(TensorBytes(file, "token_embd.weight"));
+  const double head =
+      hp.tied_embeddings ? embd : static_cast<double>(TensorBytes(file, "output.weight"));
+  if (r.shard.embed && !(r.shard.head && hp.tied_embeddings)) bytes -= embd;
+  if (r.shard.head && r.tp_rank != 0) bytes -= head;
+  return std::max(0.0, bytes);
+}
+
+Prediction Predict(const model::ModelFile& file, const CostInputs& in, int tp, int pp) {
+  const model::HParams& hp = file.hparams;
+  Prediction p;
+  p.tp = tp;
+  p.pp = pp;
+  parallel::PlanRequest req;
+  req.tp = tp;
+  req.pp = pp;
+  req.context = in.context;
+  if (in.rank.memory_bytes > 0) req.rank_memory = {in.rank.memory_bytes};
+  auto plan = parallel::MakePlan(file, req);
+  if (!plan.ok()) {
+    p.why_not = plan.status().message();
+    return p;
+  }
+  p.plan = std::move(*plan);
+  p.feasible = true;
+
+  const double alone = in.rank.decode_bytes_per_s;
+  const double shared =
+      in.rank.decode_bytes_per_s_shared > 0 ? in.rank.decode_bytes_per_s_shared : alone;
+  const double hidden = static_cast<double>(hp.dim) * 4;
+  const double elems_per_byte =
+      static_cast<double>(hp.n_layers * (2 * hp.dim * hp.dim + 3 * hp.dim * hp.ffn_dim) +
+                          2 * hp.vocab_size * hp.dim) /
+      std::max<double>(1.0, static_cast<double>(file.total_tensor_bytes()));
+  const int64_t chunk = std::min(in.chunk, in.prompt_tokens);
+  const int64_t chunks = (in.prompt_tokens + chunk - 1) / chunk;
+
+  double decode_compute = 0, decode_link = 0, prompt_first = 0, prompt_slowest = 0;
+  for (int s = 0; s < pp; ++s) {
+    const int64_t layers =
+        p.plan.rank(s * tp).shard.layer_end - p.plan.rank(s * tp).shard.layer_begin;
+    double read = 0, elems = 0;
+    for (int t = 0; t < tp; ++t) {
+      const parallel::RankPlan& r = p.plan.rank(s * tp + t);
+      read = std::max(read, DecodeReadBytes(file, r));
+      elems = std::max(elems, DecodeReadBytes(file, r) * elems_per_byte);
+    }
+    decode_compute += read / (tp > 1 ? shared : alone);
+    // One-shot all-reduce: each rank sends its vector to the tp - 1 others.
+    const double tp_link = tp > 1 ? 2.0 * static_cast<double>(layers) *
+                                        Transfer(in.link, static_cast<double>(tp - 1) * hidden)
+                                  : 0.0;
+    decode_link += tp_link + (s == 0 && tp > 1 ? Transfer(in.link, 256) : 0.0);
+    // Prompt: one chunk through this stage.
+    const double c = static_cast<double>(chunk);
+    const double stage = 2.0 * c * elems / in.rank.prompt_flops +
+                         (tp > 1 ? 2.0 * static_cast<double>(layers) *
+                                       Transfer(in.link, static_cast<double>(tp - 1) * c * hidden)
+                                 : 0.0) +
+                         (s + 1 < pp ? Transfer(in.link, c * hidden) : 0.0);
+    prompt_first += stage;
+    prompt_slowest = std::max(prompt_slowest, stage);
+  }
+  const double logits_back = pp > 1 ? Transfer(in.link, static_cast<double>(hp.vocab_size) * 4) : 0;
+  decode_link += (pp - 1) * Transfer(in.link, hidden + 256) + logits_back;
+  p.decode_compute_s = decode_compute;
+  p.decode_link_s = decode_link;
+  p.decode_tokens_per_s = 1.0 / (decode_compute + decode_link);
+  const double prompt_s =
+      prompt_first + static_cast<double>(chunks - 1) * prompt_slowest + logits_back;
+  p.prompt_tokens_per_s = static_cast<double>(in.prompt_tokens) / prompt_s;
+  return p;
+}
+
+}  // namespace
+
+std::vector<Prediction> PredictAll(const model::ModelFile& file, const CostInputs& in) {
+  std::vector<Prediction> out;
+  for (int tp = 1; tp <= in.ranks; ++tp) {
+    for (int pp = 1; tp * pp <= in.ranks; ++pp) out.push_back(Predict(file, in, tp, pp));
+  }
+  return out;
+}
+
+const Prediction* PickBest(const std::vector<Prediction>& predictions) {
+  const Prediction* best = nullptr;
+  for (const Prediction& p : predictions) {
+    if (!p.feasible) continue;
+    if (best == nullptr || p.decode_tokens_per_s > best->decode_tokens_per_s * 1.0001 ||
+        (p.decode_tokens_per_s > best->decode_tokens_per_s * 0.9999 &&
+         p.tp * p.pp < best->tp * best->pp)) {
+      best = &p;
+    }
+  }
+  return best;
+}
+
+StatusOr<RankFacts> Calibrate(const model::ModelFile& file, int ranks_on_host) {
+  // The layers' matrices, in the order decode reads them, up to a volume well past the caches.
+  std::vector<kernels::MatrixView> mats;
+  int64_t volume = 0, max_cols = 0, max_rows = 0;
+  for (int64_t l = 0; l < file.hparams.n_layers && volume < (int64_t{256} << 20); ++l) {
+    for (const char* part :
+         {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"}) {
+      auto it = file.tensors.find("blk." + std::to_string(l) + "." + part + ".weight");
+      if (it == file.tensors.end()) continue;
+      mats.push_back(it->second.matrix());
+      volume += it->second.size_bytes;
+      max_cols = std::max(max_cols, mats.back().cols);
+      max_rows = std::max(max_rows, mats.back().rows);
+    }
+  }
+  if (mats.empty()) return NotFoundError(file.path, ": no layer matrices to calibrate with");
+
+  constexpr int64_t kBatch = 64;
+  auto decode_rate = [&](int copies) {
+    std::vector<double> rates(static_cast<size_t>(copies));
+    std::vector<std::thread> threads;
+    for (int c = 0; c < copies; ++c) {
+      threads.emplace_back([&, c] {
+        base::ThreadPool pool(1);
+        kernels::Workspace ws;
+        std::vector<float> x(static_cast<size_t>(max_cols), 0.5f), y(static_cast<size_t>(max_rows));
+        int64_t bytes = 0;
+        base::Stopwatch watch;
+        for (int pass = 0; watch.Seconds() < 0.3 || pass < 2; ++pass) {
+          for (size_t i = 0; i < mats.size(); ++i) {
+            const kernels::MatrixView& m =
+                mats[(i + static_cast<size_t>(c) * mats.size() / copies) % mats.size()];
+            kernels::MatMul(m, x.data(), 1, y.data(), ws, pool);
+            bytes += m.rows * m.row_stride;
+          }
+        }
+        rates[static_cast<size_t>(c)] = static_cast<double>(bytes) / watch.Seconds();
+      });
+    }
+    for (auto& t : threads) t.join();
+    double sum = 0;
+    for (double r : rates) sum += r;
+    return sum / copies;
+  };
+  RankFacts facts;
+  facts.decode_bytes_per_s = decode_rate(1);
+  facts.decode_bytes_per_s_shared = ranks_on_host > 1 ? decode_rate(ranks_on_host) : 0;
+  {
+    base::ThreadPool pool(1);
+    kernels::Workspace ws;
+    const kernels::MatrixView& m = mats.back();
+    std::vector<float> x(static_cast<size_t>(kBatch * m.cols), 0.5f),
+        y(static_cast<size_t>(kBatch * m.rows));
+    int64_t flops = 0;
+    base::Stopwatch watch;
+    while (watch.Seconds() < 0.3) {
+      kernels::MatMul(m, x.data(), kBatch, y.data(), ws, pool);
+      flops += 2 * kBatch * m.rows * m.cols;
+    }
+    facts.prompt_flops = static_cast<double>(flops) / watch.Seconds();
+  }
+  return facts;
+}
+
+}  // namespace loom::cluster

@@ -1,0 +1,452 @@
+// The continuous-batching engine: batched greedy output equals the single-sequence Generator's
+// (stories260K and a synthetic quantized model), stop strings, limits, cancellation, the bounded
+// queue, log-probabilities, and a decode step that does not allocate.
+#include "loom/engine/batch_engine.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <new>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "loom/base/testing.h"
+#include "loom/engine/generator.h"
+#include "loom/model/synth.h"
+#include "loom/model/transformer.h"
+#include "loom/text/tokenizer_loader.h"
+
+// Counts heap allocations made by the current thread while counting is switched on.  (GCC warns
+// that free() meets memory from operator new: here operator new is malloc.)
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+namespace {
+thread_local bool g_count_allocations = false;
+thread_local int64_t g_allocations = 0;
+}  // namespace
+
+void* operator new(std::size_t size) {
+  if (g_count_allocations) ++g_allocations;
+  void* p = std::malloc(size == 0 ? 1 : size);
+  if (p == nullptr) throw std::bad_alloc();
+  return p;
+}
+void* operator new[](std::size_t size) { return operator new(size); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+
+namespace loom::engine {
+namespace {
+
+// A model, its tokenizer, and a transformer with `n_slots` sequences.
+struct Fixture {
+  std::vector<std::byte> bytes;  // synthetic models live in memory
+  std::unique_ptr<model::ModelFile> file;
+  std::unique_ptr<text::Tokenizer> tokenizer;
+  std::unique_ptr<model::TransformerWeights> weights;
+  std::unique_ptr<base::ThreadPool> pool;
+
+  std::unique_ptr<model::Transformer> MakeTransformer(int64_t n_slots, int64_t context = 0,
+                                                      int64_t max_batch = 64) {
+    model::TransformerOptions t;
+    t.n_slots = n_slots;
+    t.context = context;
+    t.max_batch = max_batch;
+    auto tr = model::Transformer::Create(*weights, t, *pool);
+    EXPECT_TRUE(tr.ok()) << tr.status().ToString();
+    return tr.ok() ? std::move(*tr) : nullptr;
+  }
+};
+
+void Finish(Fixture* f) {
+  auto tokenizer = text::LoadTokenizerForModel(*f->file, "");
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().ToString();
+  f->tokenizer = std::move(*tokenizer);
+  auto weights = model::BindWeights(*f->file);
+  ASSERT_TRUE(weights.ok()) << weights.status().ToString();
+  f->weights = std::make_unique<model::TransformerWeights>(std::move(*weights));
+  f->pool = std::make_unique<base::ThreadPool>(2);
+}
+
+void OpenStories(const std::string& shared, Fixture* f) {
+  auto file = model::OpenModel(shared + "/models/stories260K/stories260K.gguf");
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  f->file = std::move(*file);
+  Finish(f);
+}
+
+void OpenSynth(kernels::DType type, Fixture* f) {
+  model::SynthOptions options;
+  options.shape = *model::FindSynthShape("tiny");
+  options.type = type;
+  options.seed = 7;
+  options.threads = 1;
+  ASSERT_TRUE(model::WriteSynthModelToMemory(options, &f->bytes).ok());
+  auto file = model::OpenModelFromBytes(f->bytes, "synth-tiny");
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  f->file = std::move(*file);
+  Finish(f);
+}
+
+std::vector<int32_t> Encode(const Fixture& f, const std::string& text) {
+  auto ids = f.tokenizer->Encode(text, f.tokenizer->add_bos_default());
+  EXPECT_TRUE(ids.ok());
+  return ids.ok() ? *ids : std::vector<int32_t>{};
+}
+
+CompletionRequest Greedy(std::vector<int32_t> prompt, int64_t max_tokens) {
+  CompletionRequest r;
+  r.prompt = std::move(prompt);
+  r.max_tokens = max_tokens;
+  r.sampling.temperature = 0;
+  return r;
+}
+
+// Drives a manual engine until `c` is done; returns its whole output.
+CompletionOutput RunUntilDone(BatchEngine& engine, Completion& c, int max_steps = 10000) {
+  CompletionOutput out;
+  for (int i = 0; i < max_steps && !c.Take(&out); ++i) engine.Step();
+  return out;
+}
+
+const std::vector<std::string> kPrompts = {
+    "Once upon a time",       "The cat sat", "Lily and Tom went",
+    "One day, a little bird", "He was",      "A big red ball"};
+
+// Runs every prompt alone through the Generator and all at once through the engine (started
+// together, different lengths, so prompt chunks share batches with decode steps), and compares.
+// With `exact`, the tokens must be equal.  Otherwise (quantized weights, whose batched kernels
+// round differently from the one-row kernel) they must be equal up to the first near-tie: there
+// the batched run's two most likely tokens are within float rounding of each other, one of them
+// is the lone run's choice, and the runs may go separate ways from there.
+void ExpectBatchedEqualsAlone(Fixture& f, int64_t max_tokens, int64_t prefill_chunk, bool exact) {
+  std::vector<GenerationResult> alone;
+  {
+    auto t = f.MakeTransformer(1);
+    ASSERT_NE(t, nullptr);
+    Generator gen(*t, *f.tokenizer);
+    for (const std::string& p : kPrompts) {
+      GenerateOptions o;
+      o.max_new_tokens = max_tokens;
+      o.sampling.temperature = 0;
+      auto r = gen.Generate(Encode(f, p), o);
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      alone.push_back(std::move(*r));
+    }
+  }
+  auto t = f.MakeTransformer(4);
+  ASSERT_NE(t, nullptr);
+  BatchEngineOptions eo;
+  eo.prefill_chunk = prefill_chunk;
+  eo.start_thread = false;
+  auto engine = BatchEngine::Create(*t, *f.tokenizer, eo);
+  ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+  std::vector<std::shared_ptr<Completion>> cs;
+  for (size_t i = 0; i < kPrompts.size(); ++i) {
+    CompletionRequest r = Greedy(Encode(f, kPrompts[i]), max_tokens);
+    r.top_logprobs = 2;
+    auto c = (*engine)->Submit(std::move(r));
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    cs.push_back(*c);
+    (*engine)->Step();  // later requests join while earlier ones decode
+  }
+  std::vector<CompletionOutput> outs(cs.size());
+  int steps = 0;
+  for (bool all_done = false; !all_done && steps < 10000; ++steps) {
+    all_done = true;
+    for (size_t i = 0; i < cs.size(); ++i) all_done &= cs[i]->Take(&outs[i]);
+    if (!all_done) (*engine)->Step();
+  }
+  int near_ties = 0;
+  for (size_t i = 0; i < cs.size(); ++i) {
+    std::vector<int32_t> ids;
+    for (const GeneratedToken& tok : outs[i].tokens) ids.push_back(tok.id);
+    EXPECT_EQ(outs[i].prompt_tokens, static_cast<int64_t>(Encode(f, kPrompts[i]).size()));
+    EXPECT_EQ(outs[i].completion_tokens, static_cast<int64_t>(ids.size()));
+    if (!exact && ids != alone[i].generated) {
+      size_t k = 0;
+      while (k < ids.size() && k < alone[i].generated.size() && ids[k] == alone[i].generated[k]) {
+        ++k;
+      }
+      ASSERT_LT(k, ids.size()) << kPrompts[i] << ": the batched run ended early";
+      const GeneratedToken& tok = outs[i].tokens[k];
+      ASSERT_EQ(tok.n_top, 2);
+      EXPECT_NEAR(tok.top[0].logprob, tok.top[1].logprob, 1e-3)
+          << kPrompts[i] << ": token " << k << " differs without a near-tie";
+      if (k < alone[i].generated.size()) {
+        const int32_t want = alone[i].generated[k];
+        EXPECT_TRUE(tok.top[0].id == want || tok.top[1].id == want) << kPrompts[i];
+      }
+      ++near_ties;
+      continue;
+    }
+    EXPECT_EQ(ids, alone[i].generated) << kPrompts[i];
+    EXPECT_EQ(outs[i].text, alone[i].text) << kPrompts[i];
+    const CompletionFinish want = alone[i].finish == FinishReason::kEndOfText
+                                      ? CompletionFinish::kEndOfText
+                                      : CompletionFinish::kLength;
+    EXPECT_EQ(outs[i].finish, want) << kPrompts[i];
+  }
+  EXPECT_LE(near_ties, 2) << "most sequences must match exactly";
+  EXPECT_EQ((*engine)->Stats().active, 0);
+}
+
+TEST(BatchEngineTest, BatchedGreedyEqualsGeneratorOnStories260K) {
+  LOOM_REQUIRE_SHARED_DIR(shared);
+  Fixture f;
+  ASSERT_NO_FATAL_FAILURE(OpenStories(shared, &f));
+  ExpectBatchedEqualsAlone(f, 48, /*prefill_chunk=*/3, /*exact=*/true);
+  ExpectBatchedEqualsAlone(f, 48, /*prefill_chunk=*/64, /*exact=*/true);
+}
+
+TEST(BatchEngineTest, BatchedGreedyEqualsGeneratorOnSyntheticModelsUpToRounding) {
+  for (kernels::DType type : {kernels::DType::kF32, kernels::DType::kQ8_0, kernels::DType::kQ4_0}) {
+    SCOPED_TRACE(static_cast<int>(type));
+    Fixture f;
+    ASSERT_NO_FATAL_FAILURE(OpenSynth(type, &f));
+    ExpectBatchedEqualsAlone(f, 24, /*prefill_chunk=*/2, /*exact=*/type == kernels::DType::kF32);
+  }
+}
+
+TEST(BatchEngineTest, ThreadedEngineServesConcurrentClients) {
+  Fixture f;
+  ASSERT_NO_FATAL_FAILURE(OpenSynth(kernels::DType::kF32, &f));
+  std::vector<std::vector<int32_t>> alone;
+  {
+    auto t = f.MakeTransformer(1);
+    Generator gen(*t, *f.tokenizer);
+    for (const std::string& p : kPrompts) {
+      GenerateOptions o;
+      o.max_new_tokens = 16;
+      o.sampling.temperature = 0;
+      auto r = gen.Generate(Encode(f, p), o);
+      ASSERT_TRUE(r.ok());
+      alone.push_back(r->generated);
+    }
+  }
+  auto t = f.MakeTransformer(3);
+  auto engine = BatchEngine::Create(*t, *f.tokenizer, {});
+  ASSERT_TRUE(engine.ok());
+  std::atomic<int> notified{0};
+  std::vector<std::thread> clients;
+  std::vector<std::vector<int32_t>> got(kPrompts.size());
+  for (size_t i = 0; i < kPrompts.size(); ++i) {
+    clients.emplace_back([&, i] {
+      auto c = (*engine)->Submit(Greedy(Encode(f, kPrompts[i]), 16), [&] { ++notified; });
+      ASSERT_TRUE(c.ok()) << c.status().ToString();
+      ASSERT_TRUE((*c)->WaitDone(60));
+      CompletionOutput out;
+      ASSERT_TRUE((*c)->Take(&out));
+      for (const GeneratedToken& tok : out.tokens) got[i].push_back(tok.id);
+    });
+  }
+  for (auto& th : clients) th.join();
+  for (size_t i = 0; i < kPrompts.size(); ++i) EXPECT_EQ(got[i], alone[i]) << kPrompts[i];
+  EXPECT_GT(notified.load(), 0);
+  const EngineStats st = (*engine)->Stats();
+  EXPECT_EQ(st.requests_finished, static_cast<int64_t>(kPrompts.size()));
+  EXPECT_EQ(st.active, 0);
+  EXPECT_EQ(st.queued, 0);
+}
+
+class ManualEngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_NO_FATAL_FAILURE(OpenSynth(kernels::DType::kF32, &f_)); }
+  std::unique_ptr<BatchEngine> Make(int64_t n_slots, int64_t max_queue = 8, int64_t context = 0) {
+    transformer_ = f_.MakeTransformer(n_slots, context);
+    BatchEngineOptions o;
+    o.start_thread = false;
+    o.max_queue = max_queue;
+    auto e = BatchEngine::Create(*transformer_, *f_.tokenizer, o);
+    EXPECT_TRUE(e.ok()) << e.status().ToString();
+    return e.ok() ? std::move(*e) : nullptr;
+  }
+  Fixture f_;
+  std::unique_ptr<model::Transformer> transformer_;
+};
+
+TEST_F(ManualEngineTest, StopStringEndsTheTextBeforeIt) {
+  auto engine = Make(1);
+  auto c = engine->Submit(Greedy(Encode(f_, "Once upon a time"), 40));
+  ASSERT_TRUE(c.ok());
+  const CompletionOutput full = RunUntilDone(*engine, **c);
+  ASSERT_GE(full.text.size(), 12u) << full.text;
+  // A stop string taken from the middle of the unstopped text (it may span several tokens).
+  const std::string stop = full.text.substr(full.text.size() / 2, 3);
+  const size_t first = full.text.find(stop);
+  CompletionRequest r = Greedy(Encode(f_, "Once upon a time"), 40);
+  r.stop = {"\x01never", stop};
+  auto c2 = engine->Submit(std::move(r));
+  ASSERT_TRUE(c2.ok());
+  const CompletionOutput out = RunUntilDone(*engine, **c2);
+  EXPECT_EQ(out.finish, CompletionFinish::kStopString);
+  EXPECT_EQ(out.text, full.text.substr(0, first));
+  EXPECT_EQ(FinishReasonForApi(out.finish), "stop");
+}
+
+TEST_F(ManualEngineTest, MaxTokensAndContextEndGeneration) {
+  auto engine = Make(1, 8, /*context=*/12);
+  const std::vector<int32_t> prompt = Encode(f_, "Once upon a time");
+  ASSERT_LT(prompt.size(), 12u);
+  CompletionRequest r = Greedy(prompt, 3);
+  r.stop_at_eog = false;
+  auto c = engine->Submit(r);
+  ASSERT_TRUE(c.ok());
+  CompletionOutput out = RunUntilDone(*engine, **c);
+  EXPECT_EQ(out.finish, CompletionFinish::kLength);
+  EXPECT_EQ(out.completion_tokens, 3);
+  EXPECT_EQ(out.tokens.size(), 3u);
+
+  r.max_tokens = 1000;
+  auto c2 = engine->Submit(r);
+  ASSERT_TRUE(c2.ok());
+  out = RunUntilDone(*engine, **c2);
+  EXPECT_EQ(out.finish, CompletionFinish::kContextFull);
+  // Positions 0..11 hold the prompt and all generated tokens but the last, which is sampled from
+  // the logits at position 11.
+  EXPECT_EQ(out.completion_tokens, 12 - static_cast<int64_t>(prompt.size()) + 1);
+  EXPECT_EQ(FinishReasonForApi(out.finish), "length");
+}
+
+TEST_F(ManualEngineTest, CancelFreesTheSlotForTheNextRequest) {
+  auto engine = Make(1);
+  auto a = engine->Submit(Greedy(Encode(f_, "Once upon a time"), 1000));
+  auto b = engine->Submit(Greedy(Encode(f_, "The cat sat"), 4));
+  ASSERT_TRUE(a.ok() && b.ok());
+  for (int i = 0; i < 5; ++i) engine->Step();
+  EXPECT_EQ(engine->Stats().active, 1);
+  EXPECT_EQ(engine->Stats().queued, 1);
+  CompletionOutput out;
+  EXPECT_FALSE((*b)->Take(&out));
+  (*a)->Cancel();
+  engine->Step();  // frees a's slot and admits b in the same step
+  EXPECT_EQ(engine->Stats().queued, 0);
+  CompletionOutput a_out;
+  ASSERT_TRUE((*a)->Take(&a_out));
+  EXPECT_EQ(a_out.finish, CompletionFinish::kCancelled);
+  EXPECT_EQ(FinishReasonForApi(a_out.finish), "cancelled");
+  const CompletionOutput b_out = RunUntilDone(*engine, **b);
+  EXPECT_TRUE(b_out.done);
+  EXPECT_EQ(b_out.completion_tokens, 4);
+}
+
+TEST_F(ManualEngineTest, FullQueueRefusesWithResourceExhausted) {
+  auto engine = Make(1, /*max_queue=*/1);
+  auto a = engine->Submit(Greedy(Encode(f_, "Once"), 100));
+  ASSERT_TRUE(a.ok());
+  engine->Step();  // a takes the slot
+  auto b = engine->Submit(Greedy(Encode(f_, "Once"), 100));
+  ASSERT_TRUE(b.ok());  // waits
+  auto c = engine->Submit(Greedy(Encode(f_, "Once"), 100));
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(c.status().message().find("queue limit 1"), std::string::npos) << c.status().message();
+  // A waiting request whose client left no longer holds its place.
+  (*b)->Cancel();
+  auto d = engine->Submit(Greedy(Encode(f_, "Once"), 100));
+  EXPECT_TRUE(d.ok()) << d.status().ToString();
+}
+
+TEST_F(ManualEngineTest, RejectsBadRequests) {
+  auto engine = Make(1, 8, /*context=*/16);
+  auto code = [&](CompletionRequest r) {
+    auto c = engine->Submit(std::move(r));
+    return c.ok() ? StatusCode::kOk : c.status().code();
+  };
+  EXPECT_EQ(code(Greedy({}, 4)), StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(Greedy(std::vector<int32_t>(16, 5), 4)), StatusCode::kOutOfRange);
+  EXPECT_EQ(code(Greedy({1, 512}, 4)), StatusCode::kOutOfRange);
+  EXPECT_EQ(code(Greedy({1, -1}, 4)), StatusCode::kOutOfRange);
+  EXPECT_EQ(code(Greedy({1, 5}, 0)), StatusCode::kInvalidArgument);
+  CompletionRequest r = Greedy({1, 5}, 4);
+  r.sampling.temperature = 1;
+  r.sampling.top_p = 2;
+  EXPECT_EQ(code(r), StatusCode::kInvalidArgument);
+  r = Greedy({1, 5}, 4);
+  r.stop = {""};
+  EXPECT_EQ(code(r), StatusCode::kInvalidArgument);
+  r.stop = std::vector<std::string>(kMaxStopStrings + 1, "x");
+  EXPECT_EQ(code(r), StatusCode::kInvalidArgument);
+  r = Greedy({1, 5}, 4);
+  r.top_logprobs = kMaxTopLogprobs + 1;
+  EXPECT_EQ(code(r), StatusCode::kInvalidArgument);
+  EXPECT_EQ(engine->Stats().queued, 0);
+}
+
+TEST_F(ManualEngineTest, LogprobsDescribeTheChosenTokenAndTheLikeliestOthers) {
+  auto engine = Make(1);
+  CompletionRequest r = Greedy(Encode(f_, "Once upon a time"), 8);
+  r.top_logprobs = 5;
+  auto c = engine->Submit(r);
+  ASSERT_TRUE(c.ok());
+  const CompletionOutput out = RunUntilDone(*engine, **c);
+  ASSERT_FALSE(out.tokens.empty());
+  for (const GeneratedToken& tok : out.tokens) {
+    ASSERT_EQ(tok.n_top, 5);
+    EXPECT_EQ(tok.top[0].id, tok.id);  // greedy picks the most likely token
+    EXPECT_FLOAT_EQ(tok.top[0].logprob, tok.logprob);
+    EXPECT_LE(tok.logprob, 0.0f);
+    double mass = 0;
+    for (int i = 0; i < tok.n_top; ++i) {
+      mass += std::exp(static_cast<double>(tok.top[i].logprob));
+      if (i > 0) {
+        EXPECT_LE(tok.top[i].logprob, tok.top[i - 1].logprob);
+      }
+    }
+    EXPECT_LE(mass, 1.0 + 1e-5);
+  }
+  // Without the request, no log-probabilities are computed.
+  auto c2 = engine->Submit(Greedy(Encode(f_, "Once upon a time"), 2));
+  ASSERT_TRUE(c2.ok());
+  const CompletionOutput plain = RunUntilDone(*engine, **c2);
+  ASSERT_FALSE(plain.tokens.empty());
+  EXPECT_EQ(plain.tokens[0].n_top, 0);
+  EXPECT_EQ(plain.tokens[0].logprob, 0.0f);
+}
+
+TEST_F(ManualEngineTest, StopFinishesQueuedAndRunningRequests) {
+  auto engine = Make(1);
+  auto a = engine->Submit(Greedy(Encode(f_, "Once"), 100));
+  auto b = engine->Submit(Greedy(Encode(f_, "Once"), 100));
+  ASSERT_TRUE(a.ok() && b.ok());
+  engine->Step();
+  engine->Stop();
+  for (Completion* c : {a->get(), b->get()}) {
+    CompletionOutput out;
+    ASSERT_TRUE(c->Take(&out));
+    EXPECT_EQ(out.finish, CompletionFinish::kError);
+    EXPECT_EQ(out.error.code(), StatusCode::kUnavailable);
+  }
+  auto late = engine->Submit(Greedy(Encode(f_, "Once"), 1));
+  ASSERT_FALSE(late.ok());
+  EXPECT_EQ(late.status().code(), StatusCode::kUnavailable);
+}
+
+TEST_F(ManualEngineTest, DecodeStepsDoNotAllocate) {
+  auto engine = Make(2);
+  CompletionRequest r = Greedy(Encode(f_, "Once upon a time"), 200);
+  r.stop_at_eog = false;
+  r.stop = {"\x01\x02"};
+  r.top_logprobs = 2;
+  auto a = engine->Submit(r);
+  r.prompt = Encode(f_, "The cat");
+  auto b = engine->Submit(r);
+  ASSERT_TRUE(a.ok() && b.ok());
+  for (int i = 0; i < 8; ++i) engine->Step();  // prompts done, buffers grown
+  ASSERT_EQ(engine->Stats().active, 2);
+  g_allocations = 0;
+  g_count_allocations = true;
+  for (int i = 0; i < 32; ++i) engine->Step();
+  g_count_allocations = false;
+  EXPECT_EQ(g_allocations, 0);
+  CompletionOutput out;
+  (*a)->Take(&out);
+  EXPECT_GE(out.completion_tokens, 32);
+}
+
+}  // namespace
+}  // namespace loom::engine

@@ -1,0 +1,37 @@
+#include "loom/engine/loaded_model.h"
+
+#include "loom/base/clock.h"
+#include "loom/model/model_cache.h"
+#include "loom/text/tokenizer_loader.h"
+
+namespace loom::engine {
+
+StatusOr<LoadedModel> LoadModel(const LoadOptions& options) {
+  base::Stopwatch watch;
+  LoadedModel m;
+  LOOM_ASSIGN_OR_RETURN(const std::string path, model::ResolveModelPath(options.model_path));
+  LOOM_ASSIGN_OR_RETURN(m.file, model::OpenModel(path));
+  if (options.load_tokenizer) {
+    LOOM_ASSIGN_OR_RETURN(m.tokenizer,
+                          text::LoadTokenizerForModel(*m.file, options.tokenizer_path));
+  }
+  LOOM_ASSIGN_OR_RETURN(model::TransformerWeights weights,
+                        model::BindWeights(*m.file, options.shard));
+  m.weights = std::make_unique<model::TransformerWeights>(std::move(weights));
+  m.pool = std::make_unique<base::ThreadPool>(options.threads);
+  model::TransformerOptions t;
+  t.context = options.context;
+  t.max_batch = options.max_batch;
+  t.n_slots = options.n_slots;
+  LOOM_ASSIGN_OR_RETURN(m.transformer, model::Transformer::Create(*m.weights, t, *m.pool));
+  // Start reading the weights in the background so the first tokens do not wait on page faults
+  // (whole models only: a shard must not pull the rest of a file bigger than memory into it).
+  const model::ShardSpec& s = options.shard;
+  if (s.layer_begin == 0 && s.layer_end < 0 && s.n_heads < 0 && s.ffn_dim < 0) {
+    for (const auto& mapping : m.file->mappings) mapping.WillNeed(0, mapping.size());
+  }
+  m.load_seconds = watch.Seconds();
+  return m;
+}
+
+}  // namespace loom::engine

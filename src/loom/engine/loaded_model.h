@@ -1,0 +1,40 @@
+// Everything needed to run a model file in this process: the mapped file, its bound weights, its
+// tokenizer, a thread pool and a transformer with its KV cache.  The commands and the server open
+// models through this.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "loom/base/status.h"
+#include "loom/base/thread_pool.h"
+#include "loom/model/model_file.h"
+#include "loom/model/transformer.h"
+#include "loom/text/tokenizer.h"
+
+namespace loom::engine {
+
+struct LoadOptions {
+  std::string model_path;
+  std::string tokenizer_path;  // "" = the model's own (or tokenizer.bin beside a llama2.c file)
+  int threads = 0;             // 0 = one per available core
+  int64_t context = 0;         // 0 = the model's trained context
+  int64_t max_batch = 256;     // prompt tokens per forward pass
+  int64_t n_slots = 1;         // sequences held at once
+  model::ShardSpec shard;      // the part of the model this process holds (default: all of it)
+  bool load_tokenizer = true;  // ranks other than a pod's driver need none
+};
+
+struct LoadedModel {
+  std::unique_ptr<model::ModelFile> file;
+  std::unique_ptr<model::TransformerWeights> weights;
+  std::unique_ptr<text::Tokenizer> tokenizer;  // null when not loaded
+  std::unique_ptr<base::ThreadPool> pool;
+  std::unique_ptr<model::Transformer> transformer;
+  double load_seconds = 0;
+};
+
+StatusOr<LoadedModel> LoadModel(const LoadOptions& options);
+
+}  // namespace loom::engine

@@ -1,0 +1,64 @@
+// Internal interfaces between matmul.cc and the per-type SIMD translation units.  Not for use
+// outside the kernels layer.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "loom/kernels/matrix.h"
+
+// Function attribute that enables the 512-bit VNNI instructions (vpdpbusd) inside the AVX3_DL
+// code paths; Highway 1.0.3's AVX3_DL target string lacks avx512vnni although its CPU check
+// requires it.  It repeats the target's own features because clang replaces (GCC extends) the
+// features of the enclosing Highway target pragma.  Only expanded inside HWY_TARGET == AVX3_DL.
+#if defined(__x86_64__) || defined(__i386__)
+#define LOOM_KERNELS_VNNI_ATTR __attribute__((target(HWY_TARGET_STR ",avx512vnni")))
+#else
+#define LOOM_KERNELS_VNNI_ATTR
+#endif
+
+namespace loom::kernels::internal {
+
+// Quantized activations ("qact"), the 8-bit form of one row of x that the Q8_0/Q4_0 kernels read.
+// Values are quantized in 32-value blocks exactly as reference::QuantizeActivations does, and laid
+// out in groups of 4 blocks (128 values) matching the Q4_0 nibble order, 256 bytes per group:
+//   [0, 64)    int8 "lo": block s of the group at bytes 16s..16s+15 holds its values 0..15
+//   [64, 128)  int8 "hi": block s at 64+16s..64+16s+15 holds its values 16..31
+//   [128, 192) int32[16]: lane l holds -corr_mult * (sum of the 32 values of block l / 4).  The
+//              VNNI kernels multiply unsigned weights (Q4_0: q + 8; Q8_0: q ^ 0x80 = q + 128) with
+//              these signed values, starting each lane's sum from this correction; the 4 lanes of
+//              a block together remove the offset, so corr_mult = offset / 4 (Q4_0 2, Q8_0 32)
+//   [192, 256) float[16]: lane l holds the scale d of block l / 4
+// (lane l = 4s + r of the kernels' vectors is block s, weight row r).  A row has ceil(cols / 128)
+// groups; the missing blocks of a last partial group are zero.
+inline constexpr int64_t kQActGroupValues = 128;
+inline constexpr int64_t kQActGroupBytes = 256;
+inline constexpr int64_t kQActLo = 0;
+inline constexpr int64_t kQActHi = 64;
+inline constexpr int64_t kQActCorr = 128;
+inline constexpr int64_t kQActScale = 192;
+
+inline int64_t QActRowBytes(int64_t cols) {
+  return (cols + kQActGroupValues - 1) / kQActGroupValues * kQActGroupBytes;
+}
+
+// out(n, QActRowBytes(cols)) = quantized rows of x(n, cols); cols a multiple of 32; out 64-byte
+// aligned.
+void QuantizeActivationRows(const float* x, int64_t n, int64_t cols, int32_t corr_mult,
+                            std::byte* out);
+
+// y(n, y_stride)[:, row_begin:row_end] = x . w[row_begin:row_end]^T for one weight type.
+// Float types take x(n, w.cols) as float; quantized types take qact rows (n, QActRowBytes(cols)).
+void MatMulRowsF32(const MatrixView& w, int64_t row_begin, int64_t row_end, const float* x,
+                   int64_t n, float* y, int64_t y_stride);
+void MatMulRowsF16(const MatrixView& w, int64_t row_begin, int64_t row_end, const float* x,
+                   int64_t n, float* y, int64_t y_stride);
+void MatMulRowsBF16(const MatrixView& w, int64_t row_begin, int64_t row_end, const float* x,
+                    int64_t n, float* y, int64_t y_stride);
+void MatMulRowsQ8_0(const MatrixView& w, int64_t row_begin, int64_t row_end, const std::byte* xq,
+                    int64_t n, float* y, int64_t y_stride);
+void MatMulRowsQ4_0(const MatrixView& w, int64_t row_begin, int64_t row_end, const std::byte* xq,
+                    int64_t n, float* y, int64_t y_stride);
+
+}  // namespace loom::kernels::internal

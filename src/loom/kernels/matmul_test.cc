@@ -1,0 +1,299 @@
+#include "loom/kernels/matmul.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "loom/base/thread_pool.h"
+#include "loom/kernels/kernels_test_util.h"
+#include "loom/kernels/quantize.h"
+#include "loom/kernels/reference.h"
+
+// Counts heap allocations so that a test can check that MatMul does not allocate after warm-up.
+namespace {
+std::atomic<int64_t> g_allocations{0};
+}  // namespace
+void* operator new(size_t size) {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
+  throw std::bad_alloc();
+}
+// GCC flags free() of memory from the replaced operator new, which is exactly what is intended.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, size_t) noexcept { std::free(p); }
+#pragma GCC diagnostic pop
+
+namespace loom::kernels {
+namespace {
+
+using testing::ForEachSimdTarget;
+using testing::RandomVector;
+
+// A weight matrix stored in `type`, built from random floats.
+struct TestMatrix {
+  TestMatrix(DType type, int64_t rows, int64_t cols, uint32_t seed)
+      : floats(RandomVector(rows * cols, seed, 0.5f)) {
+    row_bytes = RowBytes(type, cols).value();
+    bytes.resize(static_cast<size_t>(rows * row_bytes));
+    for (int64_t r = 0; r < rows; ++r) {
+      QuantizeRow(type, floats.data() + r * cols, cols, bytes.data() + r * row_bytes);
+    }
+    view = MatrixView{type, rows, cols, bytes.data(), row_bytes};
+  }
+  std::vector<float> floats;
+  std::vector<std::byte> bytes;
+  int64_t row_bytes = 0;
+  MatrixView view;
+};
+
+// What the kernels actually multiply: x itself for float types, its quantized values otherwise.
+std::vector<float> EffectiveActivations(DType type, const float* x, int64_t n, int64_t cols) {
+  std::vector<float> out(x, x + n * cols);
+  if (type != DType::kQ8_0 && type != DType::kQ4_0) return out;
+  std::vector<int8_t> q(static_cast<size_t>(cols));
+  std::vector<float> d(static_cast<size_t>(cols / 32));
+  for (int64_t i = 0; i < n; ++i) {
+    reference::QuantizeActivations(x + i * cols, cols, q.data(), d.data());
+    for (int64_t c = 0; c < cols; ++c) {
+      out[static_cast<size_t>(i * cols + c)] =
+          d[static_cast<size_t>(c / 32)] * q[static_cast<size_t>(c)];
+    }
+  }
+  return out;
+}
+
+// The reference product of w and x and, per output, the tolerance for an optimized kernel.
+// Tolerance: both sides sum the same f32 (or exact integer block) products in a different order
+// and grouping, so their difference is bounded by a few float roundings of the sum of |products|,
+// not of the (possibly cancelling) result: 1e-5 * sum_k |w_k x_k| is ~80 f32 epsilons, well above
+// the ~sqrt(cols) epsilons of a reordered sum of up to a few thousand terms and far below any
+// indexing or scaling error (which would be of the order of whole products).
+struct Expected {
+  Expected(const MatrixView& w, const float* x, int64_t n)
+      : y(static_cast<size_t>(n * w.rows)), tol(static_cast<size_t>(n * w.rows)) {
+    reference::MatMul(w, x, n, y.data());
+    const std::vector<float> xe = EffectiveActivations(w.type, x, n, w.cols);
+    std::vector<float> wrow(static_cast<size_t>(w.cols));
+    for (int64_t r = 0; r < w.rows; ++r) {
+      reference::DequantizeRow(w, r, wrow.data());
+      for (int64_t i = 0; i < n; ++i) {
+        double bound = 0.0;
+        for (int64_t c = 0; c < w.cols; ++c) {
+          bound += std::fabs(static_cast<double>(wrow[static_cast<size_t>(c)]) *
+                             xe[static_cast<size_t>(i * w.cols + c)]);
+        }
+        tol[static_cast<size_t>(i * w.rows + r)] = 1e-5 * bound + 1e-30;
+      }
+    }
+  }
+  std::vector<float> y;
+  std::vector<double> tol;
+};
+
+void ExpectNear(const Expected& want, const MatrixView& w, int64_t n, const float* y) {
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t r = 0; r < w.rows; ++r) {
+      const size_t k = static_cast<size_t>(i * w.rows + r);
+      ASSERT_NEAR(y[k], want.y[k], want.tol[k])
+          << Traits(w.type).name << " row " << r << " of " << w.rows << ", act row " << i << " of "
+          << n << ", cols " << w.cols;
+    }
+  }
+}
+
+void ExpectMatchesReference(const MatrixView& w, const float* x, int64_t n, const float* y) {
+  ExpectNear(Expected(w, x, n), w, n, y);
+}
+
+class MatMulTest : public ::testing::TestWithParam<DType> {
+ protected:
+  static void SetUpTestSuite() {
+    for (int t = 0; t < 3; ++t)
+      pools_[t] = std::make_unique<base::ThreadPool>(
+          t + 1, /*spin_microseconds=*/0);  // 3 threads > 2 cores here: spinning would starve
+  }
+  static void TearDownTestSuite() {
+    for (auto& p : pools_) p.reset();
+  }
+  static base::ThreadPool& Pool(int threads) { return *pools_[threads - 1]; }
+  static std::unique_ptr<base::ThreadPool> pools_[3];
+};
+std::unique_ptr<base::ThreadPool> MatMulTest::pools_[3];
+
+TEST_P(MatMulTest, MatchesReferenceOnRaggedShapes) {
+  const DType type = GetParam();
+  const bool quantized = Traits(type).block_elems > 1;
+  std::vector<int64_t> cols_list = {32, 64, 96, 160, 2080};
+  if (!quantized) cols_list.insert(cols_list.end(), {1, 17, 33});
+  for (int64_t cols : cols_list) {
+    for (int64_t rows : {1, 3, 4, 5, 13, 37}) {
+      const TestMatrix m(type, rows, cols, static_cast<uint32_t>(rows * 1000 + cols));
+      for (int64_t n : {1, 2, 3, 5, 8, 17}) {
+        if (cols == 2080 && n > 5 && rows > 5) continue;  // keeps the reference affordable
+        const std::vector<float> x = RandomVector(n * cols, static_cast<uint32_t>(n + cols));
+        const Expected want(m.view, x.data(), n);
+        ForEachSimdTarget([&] {
+          for (int threads : {1, 2, 3}) {
+            SCOPED_TRACE(std::to_string(threads) + " threads");
+            Workspace ws;
+            std::vector<float> y(static_cast<size_t>(n * rows), NAN);
+            MatMul(m.view, x.data(), n, y.data(), ws, Pool(threads));
+            ExpectNear(want, m.view, n, y.data());
+            if (HasFatalFailure()) return;
+          }
+        });
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
+// Tensor-parallel shards are views: a row range and a block-aligned column range of a bigger
+// matrix must give the same result as a packed copy of that sub-matrix.
+TEST_P(MatMulTest, RowAndColumnViewsMatchPackedCopies) {
+  const DType type = GetParam();
+  const int64_t rows = 23;
+  const int64_t cols = 320;
+  const TestMatrix m(type, rows, cols, 99);
+  const MatrixView view = m.view.RowRange(5, 13).ColRange(96, 160);
+  ASSERT_TRUE(m.view.ColRangeOk(96, 160));
+  // Packed copy of the same bytes.
+  const int64_t sub_row_bytes = RowBytes(type, 160).value();
+  std::vector<std::byte> packed(static_cast<size_t>(13 * sub_row_bytes));
+  for (int64_t r = 0; r < 13; ++r) {
+    std::memcpy(packed.data() + r * sub_row_bytes, view.data + r * view.row_stride,
+                static_cast<size_t>(sub_row_bytes));
+  }
+  const MatrixView packed_view{type, 13, 160, packed.data(), sub_row_bytes};
+  ForEachSimdTarget([&] {
+    for (int64_t n : {1, 5}) {
+      const std::vector<float> x = RandomVector(n * 160, 5);
+      for (int threads : {1, 2, 3}) {
+        Workspace ws;
+        std::vector<float> y_view(static_cast<size_t>(n * 13));
+        std::vector<float> y_packed(static_cast<size_t>(n * 13));
+        MatMul(view, x.data(), n, y_view.data(), ws, Pool(threads));
+        MatMul(packed_view, x.data(), n, y_packed.data(), ws, Pool(threads));
+        EXPECT_EQ(y_view, y_packed);
+        ExpectMatchesReference(packed_view, x.data(), n, y_view.data());
+      }
+    }
+  });
+}
+
+// Long rows and many activation rows: the kernels process activations in L2-sized chunks (16 rows
+// of 8192 quantized values, 8 rows of 8192 floats), so this crosses several chunk boundaries.
+TEST_P(MatMulTest, LargeBatchesSpanSeveralActivationChunks) {
+  const DType type = GetParam();
+  const int64_t rows = 13, cols = 8192, n = 41;
+  const TestMatrix m(type, rows, cols, 77);
+  const std::vector<float> x = RandomVector(n * cols, 78);
+  const Expected want(m.view, x.data(), n);
+  ForEachSimdTarget([&] {
+    Workspace ws;
+    std::vector<float> y(static_cast<size_t>(n * rows), NAN);
+    MatMul(m.view, x.data(), n, y.data(), ws, Pool(2));
+    ExpectNear(want, m.view, n, y.data());
+  });
+}
+
+TEST_P(MatMulTest, MultiEqualsSeparateProducts) {
+  const DType type = GetParam();
+  const int64_t cols = 192;
+  const TestMatrix q(type, 37, cols, 1);
+  const TestMatrix k(type, 6, cols, 2);
+  const TestMatrix v(type, 9, cols, 3);
+  const MatrixView ws_views[3] = {q.view, k.view, v.view};
+  ForEachSimdTarget([&] {
+    for (int64_t n : {1, 3, 8}) {
+      const std::vector<float> x = RandomVector(n * cols, 11);
+      for (int threads : {1, 2, 3}) {
+        Workspace ws;
+        std::vector<float> yq(static_cast<size_t>(n * 37)), yk(static_cast<size_t>(n * 6)),
+            yv(static_cast<size_t>(n * 9));
+        float* const ys[3] = {yq.data(), yk.data(), yv.data()};
+        MatMulMulti(ws_views, x.data(), n, ys, ws, Pool(threads));
+        for (int i = 0; i < 3; ++i) {
+          std::vector<float> single(static_cast<size_t>(n * ws_views[i].rows));
+          MatMul(ws_views[i], x.data(), n, single.data(), ws, Pool(1));
+          EXPECT_EQ(std::vector<float>(ys[i], ys[i] + n * ws_views[i].rows), single);
+        }
+      }
+    }
+  });
+}
+
+TEST_P(MatMulTest, DoesNotAllocateAfterWarmup) {
+  const DType type = GetParam();
+  const TestMatrix m(type, 64, 256, 4);
+  const std::vector<float> x = RandomVector(4 * 256, 6);
+  std::vector<float> y(4 * 64);
+  Workspace ws;
+  MatMul(m.view, x.data(), 4, y.data(), ws, Pool(2));  // warm-up at the largest n
+  const int64_t before = g_allocations.load();
+  for (int64_t n : {1, 4, 2}) MatMul(m.view, x.data(), n, y.data(), ws, Pool(2));
+  EXPECT_EQ(g_allocations.load(), before);
+}
+
+TEST_P(MatMulTest, EmptyInputsWriteNothing) {
+  const DType type = GetParam();
+  const TestMatrix m(type, 4, 64, 8);
+  Workspace ws;
+  std::vector<float> y(4, 7.0f);
+  MatMul(m.view, nullptr, 0, y.data(), ws, Pool(2));
+  MatMul(m.view.RowRange(0, 0), RandomVector(64, 1).data(), 1, y.data(), ws, Pool(2));
+  EXPECT_EQ(y, std::vector<float>(4, 7.0f));
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, MatMulTest,
+                         ::testing::Values(DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0,
+                                           DType::kQ4_0),
+                         [](const ::testing::TestParamInfo<DType>& info) {
+                           return std::string(Traits(info.param).name);
+                         });
+
+// The F32 path must stay close to a plain float loop (the llama2.c golden comparisons).
+TEST(MatMulF32Test, StaysWithin1e5OfAPlainFloatLoop) {
+  const int64_t rows = 64, cols = 4096;
+  const TestMatrix m(DType::kF32, rows, cols, 21);
+  const std::vector<float> x = RandomVector(cols, 22);
+  base::ThreadPool pool(2);
+  Workspace ws;
+  std::vector<float> y(rows);
+  MatMul(m.view, x.data(), 1, y.data(), ws, pool);
+  for (int64_t r = 0; r < rows; ++r) {
+    double exact = 0.0, mag = 0.0;
+    for (int64_t c = 0; c < cols; ++c) {
+      exact += static_cast<double>(m.floats[static_cast<size_t>(r * cols + c)]) *
+               x[static_cast<size_t>(c)];
+      mag += std::fabs(static_cast<double>(m.floats[static_cast<size_t>(r * cols + c)]) *
+                       x[static_cast<size_t>(c)]);
+    }
+    EXPECT_NEAR(y[static_cast<size_t>(r)], exact, 1e-5 * mag) << r;
+  }
+}
+
+TEST(DequantizeRowTest, ReturnsTheStoredRow) {
+  for (DType type : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
+    const TestMatrix m(type, 3, 64, 5);
+    std::vector<float> expected(64), got(64);
+    reference::DequantizeRow(m.view, 2, expected.data());
+    DequantizeRow(m.view, 2, got.data());
+    EXPECT_EQ(got, expected);
+    if (type == DType::kF32) {
+      EXPECT_EQ(got, std::vector<float>(m.floats.begin() + 128, m.floats.end()));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace loom::kernels

@@ -1,0 +1,177 @@
+#include "loom/kernels/reference.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "loom/base/half.h"
+
+namespace loom::kernels::reference {
+namespace {
+
+uint16_t LoadU16(const std::byte* p) {
+  uint16_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+}  // namespace
+
+void QuantizeActivations(const float* x, int64_t n, int8_t* q, float* d) {
+  for (int64_t b = 0; b < n / kQ8Block; ++b) {
+    const float* xb = x + b * kQ8Block;
+    float amax = 0.0f;
+    for (int64_t j = 0; j < kQ8Block; ++j) amax = std::max(amax, std::fabs(xb[j]));
+    const float scale = amax / 127.0f;
+    const float inv = scale != 0.0f ? 1.0f / scale : 0.0f;
+    for (int64_t j = 0; j < kQ8Block; ++j) {
+      q[b * kQ8Block + j] = static_cast<int8_t>(std::nearbyint(xb[j] * inv));
+    }
+    d[b] = scale;
+  }
+}
+
+float DotQuantizedRow(const MatrixView& w, int64_t row, const int8_t* q, const float* d) {
+  const std::byte* p = w.data + row * w.row_stride;
+  const int64_t blocks = w.cols / kQ8Block;
+  float sum = 0.0f;
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int8_t* qx = q + b * kQ8Block;
+    int32_t isum = 0;
+    float dw = 0.0f;
+    if (w.type == DType::kQ8_0) {
+      const std::byte* blk = p + b * 34;
+      dw = base::F16ToF32(LoadU16(blk));
+      for (int j = 0; j < 32; ++j) isum += static_cast<int8_t>(blk[2 + j]) * qx[j];
+    } else {  // kQ4_0
+      const std::byte* blk = p + b * 18;
+      dw = base::F16ToF32(LoadU16(blk));
+      for (int j = 0; j < 16; ++j) {
+        const int v = static_cast<int>(blk[2 + j]);
+        isum += ((v & 0x0F) - 8) * qx[j] + ((v >> 4) - 8) * qx[j + 16];
+      }
+    }
+    sum += (dw * d[b]) * static_cast<float>(isum);
+  }
+  return sum;
+}
+
+void DequantizeRow(const MatrixView& w, int64_t row, float* out) {
+  const std::byte* p = w.data + row * w.row_stride;
+  switch (w.type) {
+    case DType::kF32:
+      std::memcpy(out, p, static_cast<size_t>(w.cols) * sizeof(float));
+      return;
+    case DType::kF16:
+      for (int64_t i = 0; i < w.cols; ++i) out[i] = base::F16ToF32(LoadU16(p + 2 * i));
+      return;
+    case DType::kBF16:
+      for (int64_t i = 0; i < w.cols; ++i) out[i] = base::Bf16ToF32(LoadU16(p + 2 * i));
+      return;
+    case DType::kQ8_0:
+      for (int64_t b = 0; b < w.cols / 32; ++b) {
+        const std::byte* blk = p + b * 34;
+        const float dw = base::F16ToF32(LoadU16(blk));
+        for (int j = 0; j < 32; ++j) out[b * 32 + j] = dw * static_cast<int8_t>(blk[2 + j]);
+      }
+      return;
+    case DType::kQ4_0:
+      for (int64_t b = 0; b < w.cols / 32; ++b) {
+        const std::byte* blk = p + b * 18;
+        const float dw = base::F16ToF32(LoadU16(blk));
+        for (int j = 0; j < 16; ++j) {
+          const int v = static_cast<int>(blk[2 + j]);
+          out[b * 32 + j] = dw * static_cast<float>((v & 0x0F) - 8);
+          out[b * 32 + j + 16] = dw * static_cast<float>((v >> 4) - 8);
+        }
+      }
+      return;
+  }
+}
+
+void MatMul(const MatrixView& w, const float* x, int64_t n, float* y) {
+  if (w.type == DType::kQ8_0 || w.type == DType::kQ4_0) {
+    std::vector<int8_t> q(static_cast<size_t>(w.cols));
+    std::vector<float> d(static_cast<size_t>(w.cols / kQ8Block));
+    for (int64_t i = 0; i < n; ++i) {
+      QuantizeActivations(x + i * w.cols, w.cols, q.data(), d.data());
+      for (int64_t r = 0; r < w.rows; ++r)
+        y[i * w.rows + r] = DotQuantizedRow(w, r, q.data(), d.data());
+    }
+    return;
+  }
+  std::vector<float> wrow(static_cast<size_t>(w.cols));
+  for (int64_t r = 0; r < w.rows; ++r) {
+    DequantizeRow(w, r, wrow.data());
+    for (int64_t i = 0; i < n; ++i) {
+      const float* xi = x + i * w.cols;
+      float sum = 0.0f;
+      for (int64_t c = 0; c < w.cols; ++c) sum += wrow[c] * xi[c];
+      y[i * w.rows + r] = sum;
+    }
+  }
+}
+
+void RmsNorm(const float* x, const float* weight, int64_t n, float eps, float* out) {
+  float ss = 0.0f;
+  for (int64_t i = 0; i < n; ++i) ss += x[i] * x[i];
+  const float inv = 1.0f / std::sqrt(ss / static_cast<float>(n) + eps);
+  for (int64_t i = 0; i < n; ++i) out[i] = weight[i] * (inv * x[i]);
+}
+
+void Rope(float* x, int64_t n_heads, int64_t head_dim, const float* cos_sin, RopeStyle style) {
+  const int64_t half = head_dim / 2;
+  for (int64_t h = 0; h < n_heads; ++h) {
+    float* xh = x + h * head_dim;
+    for (int64_t i = 0; i < half; ++i) {
+      const int64_t i0 = style == RopeStyle::kInterleaved ? 2 * i : i;
+      const int64_t i1 = style == RopeStyle::kInterleaved ? 2 * i + 1 : i + half;
+      const float c = cos_sin[2 * i];
+      const float s = cos_sin[2 * i + 1];
+      const float v0 = xh[i0];
+      const float v1 = xh[i1];
+      xh[i0] = v0 * c - v1 * s;
+      xh[i1] = v0 * s + v1 * c;
+    }
+  }
+}
+
+void Softmax(float* x, int64_t n) {
+  if (n <= 0) return;
+  const float mx = *std::max_element(x, x + n);
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - mx);
+    sum += x[i];
+  }
+  const float inv = 1.0f / sum;
+  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+void SwiGlu(const float* gate, const float* up, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void Add(const float* x, int64_t n, float* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+float Dot(const float* a, const float* b, int64_t n) {
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
+void Axpy(float alpha, const float* x, int64_t n, float* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+}
+
+void Scale(float alpha, int64_t n, float* x) {
+  for (int64_t i = 0; i < n; ++i) x[i] *= alpha;
+}
+
+}  // namespace loom::kernels::reference

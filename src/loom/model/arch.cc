@@ -1,0 +1,126 @@
+#include "loom/model/arch.h"
+
+#include <array>
+#include <cstring>
+
+#include "loom/base/half.h"
+
+namespace loom::model {
+
+namespace {
+constexpr std::array kArchs = {
+    ArchInfo{"llama", &BindLlama},
+    ArchInfo{"mistral", &BindLlama},  // same tensors; a sliding window caps the context at load
+    ArchInfo{"qwen2", &BindQwen2},
+    ArchInfo{"qwen3", &BindQwen3},
+};
+}  // namespace
+
+const ArchInfo* FindArch(std::string_view name) {
+  for (const ArchInfo& a : kArchs) {
+    if (a.name == name) return &a;
+  }
+  return nullptr;
+}
+
+StatusOr<kernels::MatrixView> BindMatrix(const ModelFile& file, const std::string& name,
+                                         int64_t rows, int64_t cols) {
+  LOOM_ASSIGN_OR_RETURN(const TensorInfo* t, file.Find(name, {rows, cols}));
+  return t->matrix();
+}
+
+StatusOr<const float*> BindVector(const ModelFile& file, const std::string& name, int64_t n,
+                                  TransformerWeights* weights) {
+  LOOM_ASSIGN_OR_RETURN(const TensorInfo* t, file.Find(name, {n}));
+  // In place when aligned (safetensors files only guarantee alignment when written that way).
+  if (t->type == kernels::DType::kF32 &&
+      reinterpret_cast<uintptr_t>(t->data) % alignof(float) == 0) {
+    return reinterpret_cast<const float*>(t->data);
+  }
+  const kernels::DType type = t->type;
+  if (type != kernels::DType::kF32 && type != kernels::DType::kF16 &&
+      type != kernels::DType::kBF16) {
+    return UnimplementedError(file.path, ": vector '", name, "' is stored as ",
+                              kernels::Traits(type).name, "; expected f32, f16 or bf16");
+  }
+  auto out = std::make_unique<float[]>(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    uint16_t bits;
+    if (type == kernels::DType::kF32) {
+      std::memcpy(&out[i], t->data + 4 * i, 4);
+    } else {
+      std::memcpy(&bits, t->data + 2 * i, 2);
+      out[i] = type == kernels::DType::kF16 ? base::F16ToF32(bits) : base::Bf16ToF32(bits);
+    }
+  }
+  const float* p = out.get();
+  weights->owned.push_back(std::move(out));
+  return p;
+}
+
+StatusOr<kernels::MatrixView> BindRows(const ModelFile& file, const std::string& name, int64_t rows,
+                                       int64_t cols, int64_t begin, int64_t count) {
+  LOOM_ASSIGN_OR_RETURN(kernels::MatrixView m, BindMatrix(file, name, rows, cols));
+  return m.RowRange(begin, count);
+}
+
+StatusOr<kernels::MatrixView> BindCols(const ModelFile& file, const std::string& name, int64_t rows,
+                                       int64_t cols, int64_t begin, int64_t count) {
+  LOOM_ASSIGN_OR_RETURN(kernels::MatrixView m, BindMatrix(file, name, rows, cols));
+  if (!m.ColRangeOk(begin, count)) {
+    return InvalidArgumentError(file.path, ": shard columns [", begin, ", ", begin + count,
+                                ") of '", name, "' cut its ", kernels::Traits(m.type).name,
+                                " blocks of ", kernels::Traits(m.type).block_elems, " values");
+  }
+  return m.ColRange(begin, count);
+}
+
+StatusOr<const float*> BindVectorSlice(const ModelFile& file, const std::string& name, int64_t n,
+                                       int64_t begin, TransformerWeights* weights) {
+  LOOM_ASSIGN_OR_RETURN(const float* v, BindVector(file, name, n, weights));
+  return v + begin;
+}
+
+Status BindLlamaTensors(const ModelFile& file, TransformerWeights* w) {
+  const HParams& hp = w->hp;
+  const LocalDims& d = w->local;
+  const int64_t hd = hp.head_dim;
+  const int64_t q_dim = hp.n_heads * hd;
+  const int64_t kv_dim = hp.n_kv_heads * hd;
+  if (d.embed || (d.head && hp.tied_embeddings)) {
+    LOOM_ASSIGN_OR_RETURN(w->token_embd,
+                          BindMatrix(file, "token_embd.weight", hp.vocab_size, hp.dim));
+  }
+  if (d.head) {
+    LOOM_ASSIGN_OR_RETURN(w->output_norm, BindVector(file, "output_norm.weight", hp.dim, w));
+    if (hp.tied_embeddings) {
+      w->output = w->token_embd;
+    } else {
+      LOOM_ASSIGN_OR_RETURN(w->output, BindMatrix(file, "output.weight", hp.vocab_size, hp.dim));
+    }
+  }
+  w->layers.resize(static_cast<size_t>(d.n_layers()));
+  for (int64_t l = d.layer_begin; l < d.layer_end; ++l) {
+    LayerWeights& L = w->layers[static_cast<size_t>(l - d.layer_begin)];
+    const std::string p = "blk." + std::to_string(l) + ".";
+    const int64_t q0 = d.head_begin * hd, kv0 = d.kv_head_begin * hd;
+    LOOM_ASSIGN_OR_RETURN(L.attn_norm, BindVector(file, p + "attn_norm.weight", hp.dim, w));
+    LOOM_ASSIGN_OR_RETURN(L.wq, BindRows(file, p + "attn_q.weight", q_dim, hp.dim, q0, d.q_dim()));
+    LOOM_ASSIGN_OR_RETURN(L.wk,
+                          BindRows(file, p + "attn_k.weight", kv_dim, hp.dim, kv0, d.kv_dim()));
+    LOOM_ASSIGN_OR_RETURN(L.wv,
+                          BindRows(file, p + "attn_v.weight", kv_dim, hp.dim, kv0, d.kv_dim()));
+    LOOM_ASSIGN_OR_RETURN(L.wo,
+                          BindCols(file, p + "attn_output.weight", hp.dim, q_dim, q0, d.q_dim()));
+    LOOM_ASSIGN_OR_RETURN(L.ffn_norm, BindVector(file, p + "ffn_norm.weight", hp.dim, w));
+    LOOM_ASSIGN_OR_RETURN(L.w_gate, BindRows(file, p + "ffn_gate.weight", hp.ffn_dim, hp.dim,
+                                             d.ffn_begin, d.ffn_dim));
+    LOOM_ASSIGN_OR_RETURN(
+        L.w_up, BindRows(file, p + "ffn_up.weight", hp.ffn_dim, hp.dim, d.ffn_begin, d.ffn_dim));
+    LOOM_ASSIGN_OR_RETURN(L.w_down, BindCols(file, p + "ffn_down.weight", hp.dim, hp.ffn_dim,
+                                             d.ffn_begin, d.ffn_dim));
+  }
+  return OkStatus();
+}
+
+}  // namespace loom::model

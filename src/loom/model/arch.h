@@ -1,0 +1,46 @@
+// Architectures: each one binds a model file's tensors into TransformerWeights.  One file per
+// architecture (arch_<name>.cc); the table in arch.cc lists them, so adding one touches no other.
+#pragma once
+
+#include <string_view>
+
+#include "loom/base/status.h"
+#include "loom/model/model_file.h"
+#include "loom/model/transformer.h"
+
+namespace loom::model {
+
+using BindFn = Status (*)(const ModelFile& file, TransformerWeights* weights);
+
+struct ArchInfo {
+  std::string_view name;  // general.architecture spelling, e.g. "llama"
+  BindFn bind;
+};
+
+// Null when the architecture is not supported.
+const ArchInfo* FindArch(std::string_view name);
+
+// Tensor binding helpers shared by the architecture files.
+// A matrix of the given shape (rows, cols), in place.
+StatusOr<kernels::MatrixView> BindMatrix(const ModelFile& file, const std::string& name,
+                                         int64_t rows, int64_t cols);
+// A vector of n values as f32: in place when stored as F32, else converted into weights->owned.
+StatusOr<const float*> BindVector(const ModelFile& file, const std::string& name, int64_t n,
+                                  TransformerWeights* weights);
+// Rows [begin, begin + count) / block-aligned columns of a (rows, cols) matrix.
+StatusOr<kernels::MatrixView> BindRows(const ModelFile& file, const std::string& name, int64_t rows,
+                                       int64_t cols, int64_t begin, int64_t count);
+StatusOr<kernels::MatrixView> BindCols(const ModelFile& file, const std::string& name, int64_t rows,
+                                       int64_t cols, int64_t begin, int64_t count);
+// Elements [begin, ...) of a vector of n values, as f32.
+StatusOr<const float*> BindVectorSlice(const ModelFile& file, const std::string& name, int64_t n,
+                                       int64_t begin, TransformerWeights* weights);
+// The Llama tensors every family member has, for the shard in weights->local (embedding, norms,
+// attention, SwiGLU, output head).
+Status BindLlamaTensors(const ModelFile& file, TransformerWeights* weights);
+
+Status BindLlama(const ModelFile& file, TransformerWeights* weights);  // arch_llama.cc
+Status BindQwen2(const ModelFile& file, TransformerWeights* weights);  // arch_qwen2.cc
+Status BindQwen3(const ModelFile& file, TransformerWeights* weights);  // arch_qwen3.cc
+
+}  // namespace loom::model

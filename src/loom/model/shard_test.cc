@@ -1,0 +1,189 @@
+// Shards of a model computed separately and combined give the whole model's logits: pipeline
+// stages (layer ranges) handing hidden states on, and tensor-parallel shards (head and
+// feed-forward column ranges) whose partial outputs are summed — here by threads in one process,
+// so the sharding is tested apart from any transport.
+#include <gtest/gtest.h>
+
+#include <barrier>
+#include <cmath>
+#include <thread>
+
+#include "loom/base/testing.h"
+#include "loom/model/transformer.h"
+
+namespace loom::model {
+namespace {
+
+double RelDiff(double a, double b) { return std::abs(a - b) / std::max(1.0, std::abs(b)); }
+
+// Sums buffers across `n` threads: each rank adds its buffer into a shared accumulator in rank
+// order, then copies the total back.
+class ThreadCollective {
+ public:
+  explicit ThreadCollective(int n) : n_(n), barrier_(n) {}
+  class Rank : public Collective {
+   public:
+    Rank(ThreadCollective* g, int rank) : g_(g), rank_(rank) {}
+    Status AllReduceSum(float* data, int64_t n) override {
+      if (rank_ == 0) g_->sum_.assign(static_cast<size_t>(n), 0.0f);
+      g_->barrier_.arrive_and_wait();
+      for (int r = 0; r < g_->n_; ++r) {
+        if (r == rank_) {
+          for (int64_t i = 0; i < n; ++i) g_->sum_[static_cast<size_t>(i)] += data[i];
+        }
+        g_->barrier_.arrive_and_wait();
+      }
+      for (int64_t i = 0; i < n; ++i) data[i] = g_->sum_[static_cast<size_t>(i)];
+      g_->barrier_.arrive_and_wait();
+      return OkStatus();
+    }
+
+   private:
+    ThreadCollective* g_;
+    int rank_;
+  };
+
+ private:
+  int n_;
+  std::barrier<> barrier_;
+  std::vector<float> sum_;
+};
+
+const std::vector<int32_t> kTokens = {1, 403, 407, 261, 378, 432, 383, 286};
+
+// Logits of every position of kTokens (one batch) for one shard set-up.
+std::vector<float> WholeModelLogits(const ModelFile& file) {
+  auto w = BindWeights(file);
+  EXPECT_TRUE(w.ok()) << w.status().ToString();
+  base::ThreadPool pool(1);
+  auto t = Transformer::Create(*w, {}, pool);
+  EXPECT_TRUE(t.ok());
+  const int64_t n = static_cast<int64_t>(kTokens.size());
+  std::vector<int32_t> pos(kTokens.size()), slots(kTokens.size(), 0);
+  for (int64_t i = 0; i < n; ++i) pos[i] = static_cast<int32_t>(i);
+  std::vector<float> logits(static_cast<size_t>(n * file.hparams.vocab_size));
+  EXPECT_TRUE((*t)->Forward({kTokens, pos, slots, pos}, logits.data()).ok());
+  return logits;
+}
+
+class ShardTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string shared = testing::SharedDir();
+    if (shared.empty()) GTEST_SKIP() << testing::kSharedMissingMessage;
+    auto f = OpenModel(shared + "/models/stories260K/stories260K.gguf");
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    file_ = std::move(*f);
+    want_ = WholeModelLogits(*file_);
+  }
+  void ExpectClose(const std::vector<float>& got) {
+    ASSERT_EQ(got.size(), want_.size());
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_LT(RelDiff(got[i], want_[i]), 1e-4) << i;
+  }
+  std::unique_ptr<ModelFile> file_;
+  std::vector<float> want_;
+};
+
+TEST_F(ShardTest, PipelineStagesHandingOnHiddenStatesMatchWholeModel) {
+  // 5 layers over 3 stages, unevenly.
+  const std::vector<std::pair<int, int>> stages = {{0, 2}, {2, 3}, {3, 5}};
+  const int64_t n = static_cast<int64_t>(kTokens.size());
+  const int64_t dim = file_->hparams.dim;
+  std::vector<int32_t> pos(kTokens.size()), slots(kTokens.size(), 0);
+  for (int64_t i = 0; i < n; ++i) pos[i] = static_cast<int32_t>(i);
+  std::vector<float> hidden(static_cast<size_t>(n * dim));
+  std::vector<float> logits(want_.size());
+  base::ThreadPool pool(1);
+  for (size_t s = 0; s < stages.size(); ++s) {
+    ShardSpec spec;
+    spec.layer_begin = stages[s].first;
+    spec.layer_end = stages[s].second;
+    spec.embed = s == 0;
+    spec.head = s + 1 == stages.size();
+    auto w = BindWeights(*file_, spec);
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    auto t = Transformer::Create(*w, {}, pool);
+    ASSERT_TRUE(t.ok());
+    Batch batch{kTokens, pos, slots, pos};
+    if (spec.embed) {
+      ASSERT_TRUE((*t)->Embed(kTokens).ok());
+    } else {
+      std::copy(hidden.begin(), hidden.end(), (*t)->hidden_state());
+      EXPECT_EQ((*t)->Embed(kTokens).code(), StatusCode::kFailedPrecondition);
+    }
+    ASSERT_TRUE((*t)->Layers(batch).ok());
+    if (spec.head) {
+      ASSERT_TRUE((*t)->Logits(pos, logits.data()).ok());
+    } else {
+      std::copy_n((*t)->hidden_state(), n * dim, hidden.begin());
+    }
+  }
+  ExpectClose(logits);
+}
+
+void RunTensorParallel(const ModelFile& file, int ranks, std::vector<float>* logits) {
+  const HParams& hp = file.hparams;
+  ThreadCollective group(ranks);
+  std::vector<std::thread> threads;
+  std::vector<Status> results(static_cast<size_t>(ranks));
+  for (int r = 0; r < ranks; ++r) {
+    threads.emplace_back([&, r] {
+      ShardSpec spec;
+      spec.n_heads = hp.n_heads / ranks;
+      spec.head_begin = r * spec.n_heads;
+      // Uneven feed-forward split: 172 columns over 2 or 4 ranks in pieces that differ.
+      const int64_t base = hp.ffn_dim / ranks;
+      spec.ffn_begin = r * base;
+      spec.ffn_dim = r + 1 == ranks ? hp.ffn_dim - spec.ffn_begin : base;
+      auto w = BindWeights(file, spec);
+      if (!w.ok()) {
+        results[r] = w.status();
+        return;
+      }
+      base::ThreadPool pool(1);
+      auto t = Transformer::Create(*w, {}, pool);
+      ThreadCollective::Rank collective(&group, r);
+      (*t)->set_collective(&collective);
+      const int64_t n = static_cast<int64_t>(kTokens.size());
+      std::vector<int32_t> pos(kTokens.size()), slots(kTokens.size(), 0);
+      for (int64_t i = 0; i < n; ++i) pos[i] = static_cast<int32_t>(i);
+      std::vector<float> mine(logits->size());
+      results[r] = (*t)->Forward({kTokens, pos, slots, pos}, mine.data());
+      if (r == 0) *logits = std::move(mine);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const Status& s : results) ASSERT_TRUE(s.ok()) << s.ToString();
+}
+
+TEST_F(ShardTest, TensorParallelShardsSummedMatchWholeModel) {
+  for (int ranks : {2, 4}) {
+    std::vector<float> logits(want_.size());
+    RunTensorParallel(*file_, ranks, &logits);
+    ExpectClose(logits);
+  }
+}
+
+TEST_F(ShardTest, MoreRanksThanKvHeadsReplicatesKvHeads) {
+  // stories260K has 4 KV heads; 8 ranks hold one query head each, two ranks per KV head.
+  std::vector<float> logits(want_.size());
+  RunTensorParallel(*file_, 8, &logits);
+  ExpectClose(logits);
+}
+
+TEST_F(ShardTest, RejectsShardsOutsideTheModel) {
+  ShardSpec spec;
+  spec.layer_end = 6;
+  EXPECT_EQ(BindWeights(*file_, spec).status().code(), StatusCode::kInvalidArgument);
+  spec = {};
+  spec.head_begin = 6;
+  spec.n_heads = 4;
+  EXPECT_EQ(BindWeights(*file_, spec).status().code(), StatusCode::kInvalidArgument);
+  spec = {};
+  spec.ffn_begin = 100;
+  spec.ffn_dim = 100;
+  EXPECT_EQ(BindWeights(*file_, spec).status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace loom::model

@@ -1,0 +1,242 @@
+#include "loom/model/synth.h"
+
+#include <algorithm>
+#include <cctype>
+#include <memory>
+
+#include "loom/base/aligned_buffer.h"
+#include "loom/base/thread_pool.h"
+#include "loom/kernels/quantize.h"
+#include "loom/model/gguf_writer.h"
+
+namespace loom::model {
+
+namespace {
+
+using kernels::DType;
+
+constexpr SynthShape kShapes[] = {
+    // stories260K-like, with an FFN width that is a whole number of 32-value blocks.
+    {"tiny", 64, 192, 5, 8, 4, 512, 512, 1e-5f, 10000.0f},
+    // ~30M parameters: long enough runs for multi-process and serving tests, still quick to write.
+    {"small", 512, 1536, 8, 8, 4, 4096, 4096, 1e-5f, 10000.0f},
+    {"tinyllama-1.1b", 2048, 5632, 22, 32, 4, 32000, 2048, 1e-5f, 10000.0f},
+    {"llama2-7b", 4096, 11008, 32, 32, 32, 32000, 4096, 1e-5f, 10000.0f},
+};
+
+// llama.cpp's llama_ftype for a file whose matrices are all of one type.
+uint32_t FileType(DType type) {
+  switch (type) {
+    case DType::kF32:
+      return 0;
+    case DType::kF16:
+      return 1;
+    case DType::kQ4_0:
+      return 2;
+    case DType::kQ8_0:
+      return 7;
+    case DType::kBF16:
+      return 32;
+  }
+  return 0;
+}
+
+uint64_t SplitMix64(uint64_t& state) {
+  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// Fills x(n) with values of mean `mean` and standard deviation about `stddev`, seeded by `seed`
+// alone: each value is a sum of two 16-bit uniform variables (triangular: bounded and cheap, and
+// near enough to a normal distribution for activations to stay well scaled).
+void FillRow(uint64_t seed, float mean, float stddev, float* x, int64_t n) {
+  // (a + b) / 65536 - 1 lies in (-1, 1) with standard deviation sqrt(1/6).
+  const float scale = stddev * 2.4494897f / 65536.0f;
+  uint64_t state = seed;
+  for (int64_t i = 0; i < n; i += 2) {
+    const uint64_t r = SplitMix64(state);
+    const float a = static_cast<float>((r & 0xFFFF) + ((r >> 16) & 0xFFFF)) - 65535.0f;
+    x[i] = mean + a * scale;
+    if (i + 1 < n) {
+      const float b = static_cast<float>(((r >> 32) & 0xFFFF) + (r >> 48)) - 65535.0f;
+      x[i + 1] = mean + b * scale;
+    }
+  }
+}
+
+struct PlannedTensor {
+  std::string name;
+  DType type;
+  std::vector<int64_t> shape;  // (rows, cols) or (n)
+  bool norm;                   // a norm vector: values around 1
+};
+
+std::vector<PlannedTensor> PlanTensors(const SynthShape& s, DType type) {
+  const int64_t head_dim = s.dim / s.n_heads;
+  const int64_t q_dim = s.n_heads * head_dim;
+  const int64_t kv_dim = s.n_kv_heads * head_dim;
+  std::vector<PlannedTensor> t;
+  t.push_back({"token_embd.weight", type, {s.vocab_size, s.dim}, false});
+  t.push_back({"output_norm.weight", DType::kF32, {s.dim}, true});
+  t.push_back({"output.weight", type, {s.vocab_size, s.dim}, false});
+  for (int64_t l = 0; l < s.n_layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    t.push_back({p + "attn_norm.weight", DType::kF32, {s.dim}, true});
+    t.push_back({p + "attn_q.weight", type, {q_dim, s.dim}, false});
+    t.push_back({p + "attn_k.weight", type, {kv_dim, s.dim}, false});
+    t.push_back({p + "attn_v.weight", type, {kv_dim, s.dim}, false});
+    t.push_back({p + "attn_output.weight", type, {s.dim, q_dim}, false});
+    t.push_back({p + "ffn_norm.weight", DType::kF32, {s.dim}, true});
+    t.push_back({p + "ffn_gate.weight", type, {s.ffn_dim, s.dim}, false});
+    t.push_back({p + "ffn_up.weight", type, {s.ffn_dim, s.dim}, false});
+    t.push_back({p + "ffn_down.weight", type, {s.dim, s.ffn_dim}, false});
+  }
+  return t;
+}
+
+Status AddMetadata(const SynthOptions& o, GgufWriter& w) {
+  const SynthShape& s = o.shape;
+  LOOM_ASSIGN_OR_RETURN(TokenizerSpec vocab, SynthVocab(s.vocab_size));
+  w.AddString("general.architecture", "llama");
+  w.AddString("general.name", "loom-synth-" + std::string(s.name));
+  w.AddU32("general.file_type", FileType(o.type));
+  w.AddU32("general.alignment", static_cast<uint32_t>(kGgufDefaultAlignment));
+  w.AddU64("loom.synth.seed", o.seed);
+  w.AddU32("llama.context_length", static_cast<uint32_t>(s.context_length));
+  w.AddU32("llama.embedding_length", static_cast<uint32_t>(s.dim));
+  w.AddU32("llama.block_count", static_cast<uint32_t>(s.n_layers));
+  w.AddU32("llama.feed_forward_length", static_cast<uint32_t>(s.ffn_dim));
+  w.AddU32("llama.rope.dimension_count", static_cast<uint32_t>(s.dim / s.n_heads));
+  w.AddU32("llama.attention.head_count", static_cast<uint32_t>(s.n_heads));
+  w.AddU32("llama.attention.head_count_kv", static_cast<uint32_t>(s.n_kv_heads));
+  w.AddF32("llama.attention.layer_norm_rms_epsilon", s.rms_eps);
+  w.AddF32("llama.rope.freq_base", s.rope_theta);
+  w.AddU32("llama.vocab_size", static_cast<uint32_t>(s.vocab_size));
+  w.AddString("tokenizer.ggml.model", vocab.model);
+  w.AddStringArray("tokenizer.ggml.tokens", vocab.tokens);
+  w.AddArray("tokenizer.ggml.scores", std::span<const float>(vocab.scores));
+  w.AddArray("tokenizer.ggml.token_type", std::span<const int32_t>(vocab.token_types));
+  w.AddU32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(vocab.bos_id));
+  w.AddU32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(vocab.eos_id));
+  w.AddU32("tokenizer.ggml.unknown_token_id", static_cast<uint32_t>(vocab.unk_id));
+  w.AddBool("tokenizer.ggml.add_bos_token", vocab.add_bos);
+  w.AddBool("tokenizer.ggml.add_eos_token", vocab.add_eos);
+  return OkStatus();
+}
+
+Status CheckShape(const SynthOptions& o) {
+  const SynthShape& s = o.shape;
+  const int64_t block = kernels::Traits(o.type).block_elems;
+  if (s.dim <= 0 || s.n_heads <= 0 || s.n_kv_heads <= 0 || s.dim % s.n_heads != 0 ||
+      s.n_heads % s.n_kv_heads != 0 || (s.dim / s.n_heads) % 2 != 0 || s.ffn_dim <= 0 ||
+      s.n_layers <= 0 || s.context_length <= 0) {
+    return InvalidArgumentError("synth: inconsistent shape '", s.name, "'");
+  }
+  if (s.dim % block != 0 || s.ffn_dim % block != 0) {
+    return InvalidArgumentError("synth: shape '", s.name, "' (dim ", s.dim, ", ffn ", s.ffn_dim,
+                                ") is not a whole number of ", Traits(o.type).name, " blocks");
+  }
+  return OkStatus();
+}
+
+// Declares the model to `w`; after Begin*(), writes all tensor data.
+Status Plan(const SynthOptions& o, GgufWriter& w, std::vector<PlannedTensor>* plan) {
+  LOOM_RETURN_IF_ERROR(CheckShape(o));
+  LOOM_RETURN_IF_ERROR(AddMetadata(o, w));
+  *plan = PlanTensors(o.shape, o.type);
+  for (const PlannedTensor& t : *plan) LOOM_RETURN_IF_ERROR(w.AddTensor(t.name, t.type, t.shape));
+  return OkStatus();
+}
+
+Status WriteData(const SynthOptions& o, const std::vector<PlannedTensor>& plan, GgufWriter& w) {
+  base::ThreadPool pool(o.threads);
+  int64_t total = 0;
+  for (size_t i = 0; i < plan.size(); ++i) total += w.tensor_size(i);
+  int64_t done = 0;
+  constexpr int64_t kChunkBytes = int64_t{8} << 20;
+  // Scratch allocated once: a float row per thread and one output chunk of whole rows.
+  int64_t max_cols = 0;
+  int64_t max_chunk = 0;
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const int64_t cols = plan[i].shape.back();
+    const int64_t row_bytes = w.tensor_size(i) / (plan[i].shape.size() == 1 ? 1 : plan[i].shape[0]);
+    max_cols = std::max(max_cols, cols);
+    max_chunk = std::max(
+        max_chunk,
+        std::min(w.tensor_size(i), std::max<int64_t>(1, kChunkBytes / row_bytes) * row_bytes));
+  }
+  std::vector<base::AlignedBuffer<float>> rows;
+  for (int i = 0; i < pool.size(); ++i) rows.emplace_back(max_cols);
+  base::AlignedBuffer<std::byte> chunk(max_chunk);
+  for (size_t ti = 0; ti < plan.size(); ++ti) {
+    const PlannedTensor& t = plan[ti];
+    const int64_t cols = t.shape.back();
+    const int64_t n_rows = t.shape.size() == 1 ? 1 : t.shape[0];
+    const int64_t row_bytes = w.tensor_size(ti) / n_rows;
+    const int64_t rows_per_chunk = std::max<int64_t>(1, kChunkBytes / row_bytes);
+    uint64_t tensor_state = o.seed * 0x2545F4914F6CDD1Dull + ti;
+    const uint64_t tensor_seed = SplitMix64(tensor_state);
+    for (int64_t r0 = 0; r0 < n_rows; r0 += rows_per_chunk) {
+      const int64_t n = std::min(rows_per_chunk, n_rows - r0);
+      const int64_t per_thread = (n + pool.size() - 1) / pool.size();
+      pool.Run([&](int thread) {
+        float* x = rows[static_cast<size_t>(thread)].data();
+        const int64_t end = std::min(n, (thread + 1) * per_thread);
+        for (int64_t r = thread * per_thread; r < end; ++r) {
+          // Each row depends only on (seed, tensor, row): the output is the same for any thread
+          // count.
+          uint64_t row_state = tensor_seed ^ static_cast<uint64_t>(r0 + r) * 0x9E3779B97F4A7C15ull;
+          FillRow(SplitMix64(row_state), t.norm ? 1.0f : 0.0f, 0.02f, x, cols);
+          kernels::QuantizeRow(t.type, x, cols, chunk.data() + r * row_bytes);
+        }
+      });
+      LOOM_RETURN_IF_ERROR(w.WriteTensorData({chunk.data(), static_cast<size_t>(n * row_bytes)}));
+      done += n * row_bytes;
+      if (o.progress) o.progress(done, total);
+    }
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+std::span<const SynthShape> SynthShapes() { return kShapes; }
+
+const SynthShape* FindSynthShape(std::string_view name) {
+  for (const SynthShape& s : kShapes) {
+    if (s.name == name) return &s;
+  }
+  return nullptr;
+}
+
+StatusOr<DType> ParseDType(std::string_view text) {
+  std::string lower(text);
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
+    if (kernels::Traits(t).name == lower) return t;
+  }
+  return InvalidArgumentError("unknown weight type '", text,
+                              "' (expected f32, f16, bf16, q8_0 or q4_0)");
+}
+
+Status WriteSynthModel(const std::string& path, const SynthOptions& options) {
+  GgufWriter w;
+  std::vector<PlannedTensor> plan;
+  LOOM_RETURN_IF_ERROR(Plan(options, w, &plan));
+  LOOM_RETURN_IF_ERROR(w.BeginFile(path));
+  LOOM_RETURN_IF_ERROR(WriteData(options, plan, w));
+  return w.Finish();
+}
+
+Status WriteSynthModelToMemory(const SynthOptions& options, std::vector<std::byte>* out) {
+  GgufWriter w;
+  std::vector<PlannedTensor> plan;
+  LOOM_RETURN_IF_ERROR(Plan(options, w, &plan));
+  LOOM_RETURN_IF_ERROR(w.BeginMemory(out));
+  LOOM_RETURN_IF_ERROR(WriteData(options, plan, w));
+  return w.Finish();
+}
+
+}  // namespace loom::model

@@ -1,0 +1,205 @@
+#include "loom/model/synth.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <set>
+
+#include "loom/base/half.h"
+
+namespace loom::model {
+namespace {
+
+using kernels::DType;
+
+SynthOptions Tiny(DType type, uint64_t seed = 1) {
+  SynthOptions o;
+  o.shape = *FindSynthShape("tiny");
+  o.type = type;
+  o.seed = seed;
+  return o;
+}
+
+TEST(Synth, ShapesAreListedAndFound) {
+  ASSERT_EQ(SynthShapes().size(), 4u);
+  const SynthShape* tiny = FindSynthShape("tiny");
+  ASSERT_NE(tiny, nullptr);
+  EXPECT_EQ(tiny->dim, 64);
+  EXPECT_EQ(tiny->ffn_dim, 192);
+  EXPECT_EQ(tiny->n_kv_heads, 4);
+  const SynthShape* tl = FindSynthShape("tinyllama-1.1b");
+  ASSERT_NE(tl, nullptr);
+  EXPECT_EQ(tl->ffn_dim, 5632);
+  EXPECT_EQ(tl->n_layers, 22);
+  EXPECT_EQ(FindSynthShape("llama2-7b")->n_kv_heads, 32);
+  EXPECT_EQ(FindSynthShape("gpt5"), nullptr);
+}
+
+TEST(Synth, ParsesWeightTypes) {
+  EXPECT_EQ(ParseDType("q4_0").value(), DType::kQ4_0);
+  EXPECT_EQ(ParseDType("Q8_0").value(), DType::kQ8_0);
+  EXPECT_EQ(ParseDType("bf16").value(), DType::kBF16);
+  EXPECT_EQ(ParseDType("f16").value(), DType::kF16);
+  EXPECT_EQ(ParseDType("F32").value(), DType::kF32);
+  EXPECT_EQ(ParseDType("q4_k").status().code(), StatusCode::kInvalidArgument);
+}
+
+void CheckVocab(int64_t size) {
+  StatusOr<TokenizerSpec> v = SynthVocab(size);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  ASSERT_EQ(static_cast<int64_t>(v->tokens.size()), size);
+  ASSERT_EQ(v->scores.size(), v->tokens.size());
+  ASSERT_EQ(v->token_types.size(), v->tokens.size());
+  EXPECT_EQ(v->model, "llama");
+  EXPECT_EQ(v->tokens[0], "<unk>");
+  EXPECT_EQ(v->tokens[1], "<s>");
+  EXPECT_EQ(v->tokens[2], "</s>");
+  EXPECT_EQ(v->token_types[0], 2);
+  EXPECT_EQ(v->token_types[1], 3);
+  EXPECT_EQ(v->tokens[3], "<0x00>");
+  EXPECT_EQ(v->tokens[3 + 0x0A], "<0x0A>");
+  EXPECT_EQ(v->tokens[3 + 0xFF], "<0xFF>");
+  for (int b = 0; b < 256; ++b) EXPECT_EQ(v->token_types[static_cast<size_t>(3 + b)], 6);
+  std::set<std::string> seen(v->tokens.begin(), v->tokens.end());
+  EXPECT_EQ(static_cast<int64_t>(seen.size()), size) << "pieces must be unique";
+  std::set<std::string> earlier;
+  for (size_t i = 259; i < v->tokens.size(); ++i) {
+    const std::string& p = v->tokens[i];
+    EXPECT_EQ(v->token_types[i], 1);
+    if (i > 259) {
+      EXPECT_LT(v->scores[i], v->scores[i - 1]) << i;
+    }
+    // A piece of several characters must be reachable by one merge of two earlier pieces.
+    size_t first_char = 1;
+    while (first_char < p.size() && (static_cast<unsigned char>(p[first_char]) & 0xC0) == 0x80) {
+      ++first_char;
+    }
+    if (first_char < p.size()) {
+      bool splittable = false;
+      for (size_t cut = 1; cut < p.size() && !splittable; ++cut) {
+        splittable = earlier.count(p.substr(0, cut)) && earlier.count(p.substr(cut));
+      }
+      EXPECT_TRUE(splittable) << "piece " << i << " '" << p << "'";
+    }
+    earlier.insert(p);
+  }
+  if (size < 300) return;
+  EXPECT_TRUE(seen.count("\xE2\x96\x81")) << "the word-start mark";
+  EXPECT_TRUE(seen.count("e"));
+  EXPECT_TRUE(seen.count("\xE2\x96\x81t"));
+}
+
+TEST(Synth, VocabularyIsUniqueMergeableAndOrderedByScore) {
+  CheckVocab(259);
+  CheckVocab(512);
+  CheckVocab(32000);
+  EXPECT_EQ(SynthVocab(258).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(Synth, TinyModelsOfEveryTypeLoadAndValidate) {
+  for (DType type : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
+    std::vector<std::byte> bytes;
+    ASSERT_TRUE(WriteSynthModelToMemory(Tiny(type), &bytes).ok());
+    StatusOr<std::unique_ptr<ModelFile>> m = OpenModelFromBytes(bytes, "tiny.gguf");
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    const HParams& hp = (*m)->hparams;
+    EXPECT_EQ(hp.dim, 64);
+    EXPECT_EQ(hp.ffn_dim, 192);
+    EXPECT_EQ(hp.n_layers, 5);
+    EXPECT_EQ(hp.n_heads, 8);
+    EXPECT_EQ(hp.n_kv_heads, 4);
+    EXPECT_EQ(hp.vocab_size, 512);
+    EXPECT_EQ(hp.context_length, 512);
+    EXPECT_FALSE(hp.tied_embeddings);
+    EXPECT_EQ((*m)->tokenizer.tokens.size(), 512u);
+    EXPECT_EQ((*m)->tensors.at("token_embd.weight").type, type);
+    EXPECT_EQ((*m)->tensors.at("output.weight").type, type);
+    EXPECT_EQ((*m)->tensors.at("blk.4.ffn_down.weight").type, type);
+    EXPECT_EQ((*m)->tensors.at("blk.4.ffn_norm.weight").type, DType::kF32);
+    EXPECT_EQ((*m)->metadata.at("general.file_type"), std::to_string(type == DType::kF32    ? 0
+                                                                     : type == DType::kF16  ? 1
+                                                                     : type == DType::kQ4_0 ? 2
+                                                                     : type == DType::kQ8_0 ? 7
+                                                                                            : 32));
+  }
+}
+
+TEST(Synth, WeightsAreSmallAndCenteredAndNormsNearOne) {
+  std::vector<std::byte> bytes;
+  ASSERT_TRUE(WriteSynthModelToMemory(Tiny(DType::kF32), &bytes).ok());
+  StatusOr<std::unique_ptr<ModelFile>> m = OpenModelFromBytes(bytes, "tiny.gguf");
+  ASSERT_TRUE(m.ok());
+  const TensorInfo& w = (*m)->tensors.at("blk.2.ffn_gate.weight");
+  const float* x = reinterpret_cast<const float*>(w.data);
+  double sum = 0, sum2 = 0, max_abs = 0;
+  for (int64_t i = 0; i < w.elements(); ++i) {
+    sum += x[i];
+    sum2 += x[i] * x[i];
+    max_abs = std::max(max_abs, std::fabs(static_cast<double>(x[i])));
+  }
+  const double mean = sum / static_cast<double>(w.elements());
+  const double stddev = std::sqrt(sum2 / static_cast<double>(w.elements()) - mean * mean);
+  EXPECT_NEAR(mean, 0.0, 0.001);
+  EXPECT_NEAR(stddev, 0.02, 0.002);
+  EXPECT_LT(max_abs, 0.05);  // triangular: bounded by sqrt(6) * 0.02
+  const TensorInfo& norm = (*m)->tensors.at("blk.2.attn_norm.weight");
+  const float* n = reinterpret_cast<const float*>(norm.data);
+  for (int64_t i = 0; i < norm.elements(); ++i) EXPECT_NEAR(n[i], 1.0f, 0.05f);
+  // Neighbouring rows and tensors differ.
+  EXPECT_NE(x[0], x[64]);
+  const float* y = reinterpret_cast<const float*>((*m)->tensors.at("blk.2.ffn_up.weight").data);
+  EXPECT_NE(x[0], y[0]);
+}
+
+TEST(Synth, OutputDependsOnlyOnTheSeed) {
+  std::vector<std::byte> a, b, c, d;
+  SynthOptions o = Tiny(DType::kQ8_0, 7);
+  o.threads = 1;
+  ASSERT_TRUE(WriteSynthModelToMemory(o, &a).ok());
+  o.threads = 2;
+  ASSERT_TRUE(WriteSynthModelToMemory(o, &b).ok());
+  EXPECT_EQ(a, b);
+  ASSERT_TRUE(WriteSynthModelToMemory(Tiny(DType::kQ8_0, 8), &c).ok());
+  ASSERT_EQ(a.size(), c.size());
+  EXPECT_NE(a, c);
+  int64_t progress_calls = 0;
+  int64_t last_done = 0, last_total = 0;
+  o.progress = [&](int64_t done, int64_t total) {
+    ++progress_calls;
+    EXPECT_GT(done, last_done);
+    last_done = done;
+    last_total = total;
+  };
+  ASSERT_TRUE(WriteSynthModelToMemory(o, &d).ok());
+  EXPECT_EQ(a, d);
+  EXPECT_GT(progress_calls, 40);
+  EXPECT_EQ(last_done, last_total);
+}
+
+TEST(Synth, WritesAFileThatOpens) {
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("loom_synth_test_" + std::to_string(::getpid()) + ".gguf"))
+                               .string();
+  ASSERT_TRUE(WriteSynthModel(path, Tiny(DType::kQ4_0)).ok());
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+  StatusOr<std::unique_ptr<ModelFile>> m = OpenModel(path);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ((*m)->tensors.at("blk.0.attn_q.weight").type, DType::kQ4_0);
+  std::filesystem::remove(path);
+}
+
+TEST(Synth, RejectsShapesThatDoNotFitTheBlocks) {
+  SynthOptions o = Tiny(DType::kQ4_0);
+  o.shape.ffn_dim = 172;  // stories260K's width is not a multiple of 32
+  std::vector<std::byte> bytes;
+  const Status s = WriteSynthModelToMemory(o, &bytes);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("q4_0 blocks"), std::string::npos) << s.message();
+  o.type = DType::kF32;
+  EXPECT_TRUE(WriteSynthModelToMemory(o, &bytes).ok());
+}
+
+}  // namespace
+}  // namespace loom::model

@@ -1,0 +1,273 @@
+#include "loom/model/transformer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <new>
+
+#include "loom/kernels/ops.h"
+#include "loom/model/arch.h"
+
+namespace loom::model {
+
+namespace k = loom::kernels;
+
+namespace {
+
+StatusOr<LocalDims> ResolveShard(const ModelFile& file, const ShardSpec& s) {
+  const HParams& hp = file.hparams;
+  LocalDims d;
+  d.head_dim = hp.head_dim;
+  d.layer_begin = s.layer_begin;
+  d.layer_end = s.layer_end < 0 ? hp.n_layers : s.layer_end;
+  d.head_begin = s.head_begin;
+  d.n_heads = s.n_heads < 0 ? hp.n_heads - s.head_begin : s.n_heads;
+  d.ffn_dim = s.ffn_dim < 0 ? hp.ffn_dim - s.ffn_begin : s.ffn_dim;
+  d.embed = s.embed;
+  d.head = s.head;
+  if (d.layer_begin < 0 || d.layer_begin > d.layer_end || d.layer_end > hp.n_layers) {
+    return InvalidArgumentError(file.path, ": shard layers [", d.layer_begin, ", ", d.layer_end,
+                                ") outside the model's ", hp.n_layers, " layers");
+  }
+  if (d.head_begin < 0 || d.n_heads <= 0 || d.head_begin + d.n_heads > hp.n_heads) {
+    return InvalidArgumentError(file.path, ": shard heads [", d.head_begin, ", ",
+                                d.head_begin + d.n_heads, ") outside the model's ", hp.n_heads,
+                                " heads");
+  }
+  if (s.ffn_begin < 0 || d.ffn_dim <= 0 || s.ffn_begin + d.ffn_dim > hp.ffn_dim) {
+    return InvalidArgumentError(file.path, ": shard feed-forward columns [", s.ffn_begin, ", ",
+                                s.ffn_begin + d.ffn_dim, ") outside the model's ", hp.ffn_dim);
+  }
+  d.ffn_begin = s.ffn_begin;
+  const int64_t group = hp.n_heads / hp.n_kv_heads;
+  d.kv_head_begin = d.head_begin / group;
+  d.n_kv_heads = (d.head_begin + d.n_heads - 1) / group + 1 - d.kv_head_begin;
+  return d;
+}
+
+}  // namespace
+
+StatusOr<TransformerWeights> BindWeights(const ModelFile& file, const ShardSpec& shard) {
+  const ArchInfo* arch = FindArch(file.hparams.arch);
+  if (arch == nullptr) {
+    return UnimplementedError(file.path, ": architecture '", file.hparams.arch,
+                              "' is not supported");
+  }
+  TransformerWeights w;
+  w.hp = file.hparams;
+  LOOM_ASSIGN_OR_RETURN(w.local, ResolveShard(file, shard));
+  LOOM_RETURN_IF_ERROR(arch->bind(file, &w));
+  return w;
+}
+
+StatusOr<std::unique_ptr<Transformer>> Transformer::Create(const TransformerWeights& weights,
+                                                           const TransformerOptions& options,
+                                                           base::ThreadPool& pool) {
+  const HParams& hp = weights.hp;
+  std::unique_ptr<Transformer> t(new Transformer(weights, pool));
+  t->ctx_ = options.context > 0 ? options.context : hp.context_length;
+  if (t->ctx_ <= 0) return InvalidArgumentError("transformer: context length must be positive");
+  if (options.max_batch <= 0 || options.n_slots <= 0) {
+    return InvalidArgumentError("transformer: max_batch and n_slots must be positive");
+  }
+  t->max_batch_ = options.max_batch;
+  t->rope_ = RopeTable(hp.head_dim, hp.rope_theta, hp.rope_scaling);
+  const LocalDims& d = weights.local;
+  const int64_t q_dim = d.q_dim();
+  const int64_t kv_dim = d.kv_dim();
+  LOOM_ASSIGN_OR_RETURN(t->cache_, KvCache::Create(std::max<int64_t>(1, d.n_layers()),
+                                                   options.n_slots, t->ctx_, kv_dim));
+  const int64_t n = t->max_batch_;
+  try {
+    t->x_ = base::AlignedBuffer<float>(n * hp.dim);
+    t->xb_ = base::AlignedBuffer<float>(n * hp.dim);
+    t->q_ = base::AlignedBuffer<float>(n * q_dim);
+    t->k_ = base::AlignedBuffer<float>(n * kv_dim);
+    t->v_ = base::AlignedBuffer<float>(n * kv_dim);
+    t->att_ = base::AlignedBuffer<float>(n * q_dim);
+    t->hb_ = base::AlignedBuffer<float>(n * d.ffn_dim);
+    t->hb2_ = base::AlignedBuffer<float>(n * d.ffn_dim);
+    t->cos_sin_ = base::AlignedBuffer<float>(n * hp.head_dim);
+    t->scores_ = base::AlignedBuffer<float>(static_cast<int64_t>(pool.size()) * t->ctx_);
+  } catch (const std::bad_alloc&) {
+    return ResourceExhaustedError("transformer: cannot allocate scratch for a batch of ", n,
+                                  " tokens");
+  }
+  return t;
+}
+
+Status Transformer::Validate(const Batch& b) const {
+  const int64_t n = static_cast<int64_t>(b.tokens.size());
+  if (n == 0) return InvalidArgumentError("forward: empty batch");
+  if (n > max_batch_) {
+    return InvalidArgumentError("forward: batch of ", n, " tokens exceeds max_batch ", max_batch_);
+  }
+  if (static_cast<int64_t>(b.positions.size()) != n || static_cast<int64_t>(b.slots.size()) != n) {
+    return InvalidArgumentError("forward: tokens, positions and slots differ in length");
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    if (b.tokens[i] < 0 || b.tokens[i] >= w_.hp.vocab_size) {
+      return OutOfRangeError("forward: token id ", b.tokens[i], " outside the vocabulary (",
+                             w_.hp.vocab_size, ")");
+    }
+    if (b.positions[i] < 0 || b.positions[i] >= ctx_) {
+      return OutOfRangeError("forward: position ", b.positions[i], " outside the context (", ctx_,
+                             ")");
+    }
+    if (b.slots[i] < 0 || b.slots[i] >= cache_.n_slots()) {
+      return OutOfRangeError("forward: slot ", b.slots[i], " outside 0..", cache_.n_slots() - 1);
+    }
+  }
+  for (int32_t r : b.logit_rows) {
+    if (r < 0 || r >= n) return OutOfRangeError("forward: logit row ", r, " outside the batch");
+  }
+  return OkStatus();
+}
+
+Status Transformer::Forward(const Batch& batch, float* logits) {
+  LOOM_RETURN_IF_ERROR(Embed(batch.tokens));
+  LOOM_RETURN_IF_ERROR(Layers(batch));
+  return Logits(batch.logit_rows, logits);
+}
+
+Status Transformer::Embed(std::span<const int32_t> tokens) {
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  if (!w_.local.embed) return FailedPreconditionError("embed: this shard holds no embedding");
+  if (n > max_batch_) return InvalidArgumentError("embed: batch exceeds max_batch");
+  for (int64_t i = 0; i < n; ++i) {
+    if (tokens[i] < 0 || tokens[i] >= w_.hp.vocab_size) {
+      return OutOfRangeError("embed: token id ", tokens[i], " outside the vocabulary");
+    }
+    k::DequantizeRow(w_.token_embd, tokens[i], x_.data() + i * w_.hp.dim);
+  }
+  return OkStatus();
+}
+
+Status Transformer::Layers(const Batch& batch) {
+  LOOM_RETURN_IF_ERROR(Validate(batch));
+  const HParams& hp = w_.hp;
+  const LocalDims& d = w_.local;
+  const int64_t n = static_cast<int64_t>(batch.tokens.size());
+  const int64_t dim = hp.dim;
+  const int64_t hd = hp.head_dim;
+  const int64_t q_dim = d.q_dim();
+  const int64_t kv_dim = d.kv_dim();
+  const int64_t ffn = d.ffn_dim;
+  for (int64_t i = 0; i < n; ++i) rope_.CosSin(batch.positions[i], cos_sin_.data() + i * hd);
+
+  for (int64_t l = 0; l < d.n_layers(); ++l) {
+    const LayerWeights& L = w_.layers[static_cast<size_t>(l)];
+    // Attention block.
+    for (int64_t i = 0; i < n; ++i) {
+      k::RmsNorm(x_.data() + i * dim, L.attn_norm, dim, hp.rms_eps, xb_.data() + i * dim);
+    }
+    if (L.wq.type == L.wk.type && L.wk.type == L.wv.type) {
+      const k::MatrixView ws[] = {L.wq, L.wk, L.wv};
+      float* const ys[] = {q_.data(), k_.data(), v_.data()};
+      k::MatMulMulti(ws, xb_.data(), n, ys, ws_, pool_);
+    } else {
+      k::MatMul(L.wq, xb_.data(), n, q_.data(), ws_, pool_);
+      k::MatMul(L.wk, xb_.data(), n, k_.data(), ws_, pool_);
+      k::MatMul(L.wv, xb_.data(), n, v_.data(), ws_, pool_);
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      float* q = q_.data() + i * q_dim;
+      float* kk = k_.data() + i * kv_dim;
+      if (L.bq != nullptr) k::Add(L.bq, q_dim, q);
+      if (L.bk != nullptr) k::Add(L.bk, kv_dim, kk);
+      if (L.bv != nullptr) k::Add(L.bv, kv_dim, v_.data() + i * kv_dim);
+      if (L.q_norm != nullptr) {
+        for (int64_t h = 0; h < d.n_heads; ++h) {
+          k::RmsNorm(q + h * hd, L.q_norm, hd, hp.rms_eps, q + h * hd);
+        }
+      }
+      if (L.k_norm != nullptr) {
+        for (int64_t h = 0; h < d.n_kv_heads; ++h) {
+          k::RmsNorm(kk + h * hd, L.k_norm, hd, hp.rms_eps, kk + h * hd);
+        }
+      }
+      const float* cs = cos_sin_.data() + i * hd;
+      k::Rope(q, d.n_heads, hd, cs, hp.rope_style);
+      k::Rope(kk, d.n_kv_heads, hd, cs, hp.rope_style);
+      // Store this position's key and value.
+      const int64_t slot = batch.slots[i];
+      const int64_t pos = batch.positions[i];
+      std::copy_n(kk, kv_dim, cache_.K(l, slot) + pos * kv_dim);
+      std::copy_n(v_.data() + i * kv_dim, kv_dim, cache_.V(l, slot) + pos * kv_dim);
+    }
+    Attention(batch, l);
+    k::MatMul(L.wo, att_.data(), n, xb_.data(), ws_, pool_);
+    if (collective_ != nullptr) LOOM_RETURN_IF_ERROR(collective_->AllReduceSum(xb_.data(), n * dim));
+    k::Add(xb_.data(), n * dim, x_.data());
+
+    // Feed-forward block.
+    for (int64_t i = 0; i < n; ++i) {
+      k::RmsNorm(x_.data() + i * dim, L.ffn_norm, dim, hp.rms_eps, xb_.data() + i * dim);
+    }
+    if (L.w_gate.type == L.w_up.type) {
+      const k::MatrixView ws[] = {L.w_gate, L.w_up};
+      float* const ys[] = {hb_.data(), hb2_.data()};
+      k::MatMulMulti(ws, xb_.data(), n, ys, ws_, pool_);
+    } else {
+      k::MatMul(L.w_gate, xb_.data(), n, hb_.data(), ws_, pool_);
+      k::MatMul(L.w_up, xb_.data(), n, hb2_.data(), ws_, pool_);
+    }
+    k::SwiGlu(hb_.data(), hb2_.data(), n * ffn, hb_.data());
+    k::MatMul(L.w_down, hb_.data(), n, xb_.data(), ws_, pool_);
+    if (collective_ != nullptr) LOOM_RETURN_IF_ERROR(collective_->AllReduceSum(xb_.data(), n * dim));
+    k::Add(xb_.data(), n * dim, x_.data());
+  }
+  return OkStatus();
+}
+
+void Transformer::Attention(const Batch& batch, int64_t layer) {
+  const HParams& hp = w_.hp;
+  const LocalDims& d = w_.local;
+  const int64_t n = static_cast<int64_t>(batch.tokens.size());
+  const int64_t hd = hp.head_dim;
+  const int64_t q_dim = d.q_dim();
+  const int64_t kv_dim = d.kv_dim();
+  const int64_t group = hp.n_heads / hp.n_kv_heads;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const int64_t items = n * d.n_heads;
+  const int threads = pool_.size();
+  auto work = [&](int64_t first, int64_t stride, float* scores) {
+    for (int64_t item = first; item < items; item += stride) {
+      const int64_t i = item / d.n_heads;
+      const int64_t h = item % d.n_heads;
+      const int64_t slot = batch.slots[i];
+      const int64_t len = batch.positions[i] + 1;
+      const int64_t kvh = (d.head_begin + h) / group - d.kv_head_begin;  // GQA: shared KV head
+      const float* q = q_.data() + i * q_dim + h * hd;
+      const float* keys = cache_.K(layer, slot) + kvh * hd;
+      const float* values = cache_.V(layer, slot) + kvh * hd;
+      for (int64_t p = 0; p < len; ++p) scores[p] = k::Dot(q, keys + p * kv_dim, hd) * scale;
+      k::Softmax(scores, len);
+      float* out = att_.data() + i * q_dim + h * hd;
+      std::fill_n(out, hd, 0.0f);
+      for (int64_t p = 0; p < len; ++p) k::Axpy(scores[p], values + p * kv_dim, hd, out);
+    }
+  };
+  if (threads == 1 || items == 1) {
+    work(0, 1, scores_.data());
+    return;
+  }
+  // Items are dealt round-robin: later tokens of a prompt attend to more positions, so contiguous
+  // ranges would leave one thread with most of the work.
+  pool_.Run([&](int t) { work(t, threads, scores_.data() + static_cast<int64_t>(t) * ctx_); });
+}
+
+Status Transformer::Logits(std::span<const int32_t> rows, float* logits) {
+  const int64_t dim = w_.hp.dim;
+  const int64_t m = static_cast<int64_t>(rows.size());
+  if (m == 0) return OkStatus();
+  if (!w_.local.head) return FailedPreconditionError("logits: this shard holds no output head");
+  // Normalize the wanted rows into xb_ (contiguous) and project them onto the vocabulary.
+  for (int64_t j = 0; j < m; ++j) {
+    k::RmsNorm(x_.data() + rows[j] * dim, w_.output_norm, dim, w_.hp.rms_eps,
+               xb_.data() + j * dim);
+  }
+  k::MatMul(w_.output, xb_.data(), m, logits, ws_, pool_);
+  return OkStatus();
+}
+
+}  // namespace loom::model

@@ -1,0 +1,217 @@
+#include "loom/parallel/plan.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <sstream>
+
+namespace loom::parallel {
+
+namespace {
+
+// Largest quantization block among the tensors whose columns a tensor-parallel split cuts.
+int64_t ColumnBlock(const model::ModelFile& file, const std::string& suffix) {
+  int64_t block = 1;
+  for (const auto& [name, t] : file.tensors) {
+    if (name.size() > suffix.size() && name.ends_with(suffix)) {
+      block = std::max(block, kernels::Traits(t.type).block_elems);
+    }
+  }
+  return block;
+}
+
+// Layer of a "blk.N." tensor name, -1 otherwise.
+int64_t LayerOf(const std::string& name) {
+  if (name.rfind("blk.", 0) != 0) return -1;
+  int64_t l = 0;
+  size_t i = 4;
+  if (i >= name.size() || name[i] < '0' || name[i] > '9') return -1;
+  while (i < name.size() && name[i] >= '0' && name[i] <= '9') l = l * 10 + (name[i++] - '0');
+  return l;
+}
+
+std::string GiB(int64_t bytes) {
+  std::ostringstream s;
+  s.precision(2);
+  s << std::fixed << static_cast<double>(bytes) / (1 << 30) << " GiB";
+  return s.str();
+}
+
+}  // namespace
+
+int64_t ShardWeightBytes(const model::ModelFile& file, const model::ShardSpec& s) {
+  const model::HParams& hp = file.hparams;
+  const int64_t layer_end = s.layer_end < 0 ? hp.n_layers : s.layer_end;
+  const int64_t heads = s.n_heads < 0 ? hp.n_heads - s.head_begin : s.n_heads;
+  const int64_t ffn = s.ffn_dim < 0 ? hp.ffn_dim - s.ffn_begin : s.ffn_dim;
+  const int64_t group = hp.n_heads / hp.n_kv_heads;
+  const int64_t kv_heads = (s.head_begin + heads - 1) / group + 1 - s.head_begin / group;
+  const double q_frac = static_cast<double>(heads) / static_cast<double>(hp.n_heads);
+  const double kv_frac = static_cast<double>(kv_heads) / static_cast<double>(hp.n_kv_heads);
+  const double ffn_frac = static_cast<double>(ffn) / static_cast<double>(hp.ffn_dim);
+  double bytes = 0;
+  for (const auto& [name, t] : file.tensors) {
+    const double size = static_cast<double>(t.size_bytes);
+    const int64_t layer = LayerOf(name);
+    if (layer < 0) {
+      const bool embed = name == "token_embd.weight";
+      if ((embed && (s.embed || (s.head && hp.tied_embeddings))) || (!embed && s.head)) {
+        bytes += size;
+      }
+      continue;
+    }
+    if (layer < s.layer_begin || layer >= layer_end) continue;
+    if (name.find(".attn_q.") != std::string::npos || name.find(".attn_output.") != std::string::npos) {
+      bytes += size * q_frac;
+    } else if (name.find(".attn_k.") != std::string::npos ||
+               name.find(".attn_v.") != std::string::npos) {
+      bytes += size * kv_frac;
+    } else if (name.find(".ffn_gate.") != std::string::npos ||
+               name.find(".ffn_up.") != std::string::npos ||
+               name.find(".ffn_down.") != std::string::npos) {
+      bytes += size * ffn_frac;
+    } else {
+      bytes += size;  // norms and anything replicated
+    }
+  }
+  return static_cast<int64_t>(std::ceil(bytes));
+}
+
+std::string ParallelPlan::Describe() const {
+  std::ostringstream s;
+  s << "pp=" << pp << " tp=" << tp;
+  for (int stage = 0; stage < pp; ++stage) {
+    const RankPlan& r = ranks[static_cast<size_t>(stage * tp)];
+    s << (stage ? "; " : ": ") << "stage " << stage << " layers [" << r.shard.layer_begin << ", "
+      << r.shard.layer_end << ") ranks " << stage * tp;
+    if (tp > 1) s << "-" << stage * tp + tp - 1;
+  }
+  return s.str();
+}
+
+StatusOr<ParallelPlan> MakePlan(const model::ModelFile& file, const PlanRequest& req) {
+  const model::HParams& hp = file.hparams;
+  if (req.tp < 1 || req.pp < 1 || req.tp > 4096 || req.pp > 4096) {
+    return InvalidArgumentError("plan: tp and pp must be between 1 and 4096 (got tp=", req.tp,
+                                ", pp=", req.pp, ")");
+  }
+  if (req.pp > hp.n_layers) {
+    return InvalidArgumentError("plan: pp=", req.pp, " stages but the model has only ",
+                                hp.n_layers, " layers");
+  }
+  if (hp.n_heads % req.tp != 0) {
+    return InvalidArgumentError("plan: tp=", req.tp, " does not divide the ", hp.n_heads,
+                                " attention heads");
+  }
+  const int64_t heads = hp.n_heads / req.tp;
+  const int64_t out_block = ColumnBlock(file, ".attn_output.weight");
+  if ((heads * hp.head_dim) % out_block != 0) {
+    return InvalidArgumentError("plan: tp=", req.tp, " gives each rank ", heads * hp.head_dim,
+                                " attention-output columns, which cuts its blocks of ", out_block);
+  }
+  const int64_t ffn_block = ColumnBlock(file, ".ffn_down.weight");
+  if (hp.ffn_dim % ffn_block != 0 || hp.ffn_dim / ffn_block < req.tp) {
+    return InvalidArgumentError("plan: the ", hp.ffn_dim, " feed-forward columns (blocks of ",
+                                ffn_block, ") cannot be split over tp=", req.tp, " ranks");
+  }
+
+  // Layers per stage.
+  std::vector<int64_t> layers = req.stage_layers;
+  if (!layers.empty()) {
+    if (static_cast<int>(layers.size()) != req.pp) {
+      return InvalidArgumentError("plan: ", layers.size(), " stage layer counts for pp=", req.pp);
+    }
+    int64_t total = 0;
+    for (int64_t n : layers) {
+      if (n < 1) return InvalidArgumentError("plan: every stage needs at least one layer");
+      total += n;
+    }
+    if (total != hp.n_layers) {
+      return InvalidArgumentError("plan: stage layer counts sum to ", total, ", not the model's ",
+                                  hp.n_layers, " layers");
+    }
+  } else {
+    std::vector<double> weight = req.stage_weights;
+    if (weight.empty()) weight.assign(static_cast<size_t>(req.pp), 1.0);
+    if (static_cast<int>(weight.size()) != req.pp) {
+      return InvalidArgumentError("plan: ", weight.size(), " stage weights for pp=", req.pp);
+    }
+    for (double w : weight) {
+      if (!(w > 0)) return InvalidArgumentError("plan: stage weights must be positive");
+    }
+    // Largest-remainder apportionment with at least one layer per stage.
+    const double sum = std::accumulate(weight.begin(), weight.end(), 0.0);
+    const int64_t spare = hp.n_layers - req.pp;
+    layers.assign(static_cast<size_t>(req.pp), 1);
+    std::vector<std::pair<double, int>> remainders;
+    int64_t given = 0;
+    for (int s = 0; s < req.pp; ++s) {
+      const double exact = static_cast<double>(spare) * weight[static_cast<size_t>(s)] / sum;
+      const int64_t whole = static_cast<int64_t>(std::floor(exact));
+      layers[static_cast<size_t>(s)] += whole;
+      given += whole;
+      remainders.push_back({exact - static_cast<double>(whole), s});
+    }
+    std::stable_sort(remainders.begin(), remainders.end(),
+                     [](const auto& a, const auto& b) { return a.first > b.first; });
+    for (int64_t i = 0; i < spare - given; ++i) {
+      layers[static_cast<size_t>(remainders[static_cast<size_t>(i)].second)] += 1;
+    }
+  }
+
+  ParallelPlan plan;
+  plan.tp = req.tp;
+  plan.pp = req.pp;
+  const int64_t ctx = req.context > 0 ? req.context : hp.context_length;
+  const int64_t ffn_blocks = hp.ffn_dim / ffn_block;
+  int64_t layer = 0;
+  for (int stage = 0; stage < req.pp; ++stage) {
+    const int64_t begin = layer;
+    layer += layers[static_cast<size_t>(stage)];
+    for (int t = 0; t < req.tp; ++t) {
+      RankPlan r;
+      r.rank = stage * req.tp + t;
+      r.stage = stage;
+      r.tp_rank = t;
+      r.shard.layer_begin = begin;
+      r.shard.layer_end = layer;
+      r.shard.head_begin = t * heads;
+      r.shard.n_heads = heads;
+      // Whole blocks, spread as evenly as possible (the first ranks take one more).
+      const int64_t per = ffn_blocks / req.tp, extra = ffn_blocks % req.tp;
+      const int64_t first_block = t * per + std::min<int64_t>(t, extra);
+      r.shard.ffn_begin = first_block * ffn_block;
+      r.shard.ffn_dim = (per + (t < extra ? 1 : 0)) * ffn_block;
+      r.shard.embed = stage == 0;
+      r.shard.head = stage == req.pp - 1;
+      r.weight_bytes = ShardWeightBytes(file, r.shard);
+      const int64_t group = hp.n_heads / hp.n_kv_heads;
+      const int64_t kv_heads = (r.shard.head_begin + heads - 1) / group + 1 - r.shard.head_begin / group;
+      r.kv_bytes = 2 * layers[static_cast<size_t>(stage)] * req.n_slots * ctx * kv_heads *
+                   hp.head_dim * static_cast<int64_t>(sizeof(float));
+      plan.ranks.push_back(r);
+    }
+  }
+
+  if (!req.rank_memory.empty()) {
+    if (req.rank_memory.size() != 1 && static_cast<int>(req.rank_memory.size()) != plan.world_size()) {
+      return InvalidArgumentError("plan: ", req.rank_memory.size(), " memory sizes for ",
+                                  plan.world_size(), " ranks");
+    }
+    for (const RankPlan& r : plan.ranks) {
+      const int64_t have = req.rank_memory.size() == 1
+                               ? req.rank_memory[0]
+                               : req.rank_memory[static_cast<size_t>(r.rank)];
+      const int64_t need = r.weight_bytes + r.kv_bytes;
+      if (need > have) {
+        return ResourceExhaustedError("plan: rank ", r.rank, " (stage ", r.stage, ", layers [",
+                                      r.shard.layer_begin, ", ", r.shard.layer_end, ")) needs ",
+                                      GiB(need), " (weights ", GiB(r.weight_bytes), " + KV cache ",
+                                      GiB(r.kv_bytes), ") but has ", GiB(have), " available");
+      }
+    }
+  }
+  return plan;
+}
+
+}  // namespace loom::parallel

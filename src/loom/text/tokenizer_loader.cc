@@ -1,0 +1,183 @@
+#include "loom/text/tokenizer_loader.h"
+
+#include <cstring>
+#include <filesystem>
+#include <span>
+
+#include "loom/base/mapped_file.h"
+#include "loom/model/gguf.h"
+#include "loom/model/llama2c.h"
+#include "loom/text/bpe.h"
+#include "loom/text/llama2c_tokenizer.h"
+#include "loom/text/sentencepiece.h"
+#include "loom/text/tokenizer_json.h"
+
+namespace loom::text {
+namespace {
+
+namespace fs = std::filesystem;
+
+enum class FileKind { kGguf, kLlama2cTokenizer, kLlama2cModel, kJson, kUnknown };
+
+bool IsGguf(std::span<const std::byte> bytes) {
+  uint32_t magic = 0;
+  if (bytes.size() < sizeof(magic)) return false;
+  std::memcpy(&magic, bytes.data(), sizeof(magic));
+  return magic == model::kGgufMagic;
+}
+
+// What a file is, from its bytes.  A tokenizer.bin has no magic: it is one if it parses to its
+// exact end, which a checkpoint or random bytes practically never do.  `tokenizer_error` receives
+// the parse error of the tokenizer.bin attempt.
+FileKind Sniff(std::span<const std::byte> bytes, const std::string& path, Status* tokenizer_error) {
+  if (IsGguf(bytes)) return FileKind::kGguf;
+  if (LooksLikeJson(bytes)) return FileKind::kJson;
+  auto parsed = ParseLlama2cTokenizer(bytes, 0, path);
+  if (parsed.ok()) return FileKind::kLlama2cTokenizer;
+  *tokenizer_error = parsed.status();
+  if (model::HasLlama2cMagic(bytes) || model::LooksLikeLlama2cLegacy(bytes)) {
+    return FileKind::kLlama2cModel;
+  }
+  return FileKind::kUnknown;
+}
+
+bool EndsWith(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+Status UnknownFileError(const std::string& path, const Status& tokenizer_error) {
+  if (EndsWith(path, ".json")) {
+    return InvalidArgumentError(path, ": not a tokenizer.json (it does not start with '{')");
+  }
+  return InvalidArgumentError(path,
+                              ": unknown file: not a GGUF model, a tokenizer.json, a llama2.c "
+                              "checkpoint or a llama2.c tokenizer.bin (read as tokenizer.bin: ",
+                              tokenizer_error.message(), ")");
+}
+
+StatusOr<std::unique_ptr<Tokenizer>> FromTokenizerJson(const std::string& path) {
+  LOOM_ASSIGN_OR_RETURN(TokenizerJson t, LoadTokenizerJson(path));
+  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<BpeTokenizer> bpe,
+                        BpeTokenizer::Create(std::move(t.spec), t.options, path));
+  return std::unique_ptr<Tokenizer>(std::move(bpe));
+}
+
+// The tokenizer.json a model directory (or the directory of a model file) holds, or "".
+std::string TokenizerJsonBeside(const std::string& model_path) {
+  std::error_code ec;
+  const fs::path p = model_path;
+  const fs::path dir = fs::is_directory(p, ec) ? p : p.parent_path();
+  const fs::path candidate = dir / "tokenizer.json";
+  return fs::is_regular_file(candidate, ec) ? candidate.string() : std::string();
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Tokenizer>> TokenizerFromSpec(const model::TokenizerSpec& spec,
+                                                       std::string_view source) {
+  if (spec.model == "llama") {
+    LOOM_ASSIGN_OR_RETURN(std::unique_ptr<SentencePieceTokenizer> t,
+                          SentencePieceTokenizer::Create(spec, source));
+    return std::unique_ptr<Tokenizer>(std::move(t));
+  }
+  if (spec.model.empty() || spec.model == "none") {
+    return NotFoundError(source, " has no tokenizer; pass --tokenizer FILE");
+  }
+  if (spec.model == "gpt2") {
+    LOOM_ASSIGN_OR_RETURN(const BpeOptions options, BpeOptionsForPre(spec.pre, source));
+    LOOM_ASSIGN_OR_RETURN(std::unique_ptr<BpeTokenizer> t,
+                          BpeTokenizer::Create(spec, options, source));
+    return std::unique_ptr<Tokenizer>(std::move(t));
+  }
+  return UnimplementedError(source, ": tokenizer model '", spec.model, "' is not supported");
+}
+
+StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& path,
+                                                   int64_t vocab_size_hint) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) return FromTokenizerJson(path);
+  {
+    LOOM_ASSIGN_OR_RETURN(base::MappedFile file, base::MappedFile::Open(path));
+    const std::span<const std::byte> bytes = file.bytes();
+    if (LooksLikeJson(bytes)) return FromTokenizerJson(path);
+    if (!IsGguf(bytes)) {
+      auto spec = ParseLlama2cTokenizer(bytes, vocab_size_hint, path);
+      if (spec.ok()) return TokenizerFromSpec(*spec, path);
+      if (model::HasLlama2cMagic(bytes) || model::LooksLikeLlama2cLegacy(bytes)) {
+        return InvalidArgumentError(
+            path,
+            " is a llama2.c checkpoint, not a tokenizer: its vocabulary "
+            "is a separate tokenizer.bin (pass that with --tokenizer FILE)");
+      }
+      // A well-formed tokenizer.bin for another vocabulary size: that error says it best.
+      if (vocab_size_hint > 0 && ParseLlama2cTokenizer(bytes, 0, path).ok()) return spec.status();
+      return UnknownFileError(path, spec.status());
+    }
+  }
+  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<model::ModelFile> m, model::OpenModel(path));
+  return TokenizerFromSpec(m->tokenizer, path);
+}
+
+StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerForModel(const model::ModelFile& model,
+                                                           const std::string& tokenizer_path) {
+  const int64_t model_vocab = model.hparams.vocab_size;
+  std::unique_ptr<Tokenizer> tokenizer;
+  if (!tokenizer_path.empty()) {
+    LOOM_ASSIGN_OR_RETURN(tokenizer, LoadTokenizer(tokenizer_path, model_vocab));
+  } else if (!model.tokenizer.model.empty()) {
+    LOOM_ASSIGN_OR_RETURN(tokenizer, TokenizerFromSpec(model.tokenizer, model.path));
+  } else if (model.format == "llama2c") {
+    const fs::path dir = fs::path(model.path).parent_path();
+    const fs::path candidates[] = {dir / "tokenizer.bin",
+                                   dir / ("tok" + std::to_string(model_vocab) + ".bin")};
+    for (const fs::path& candidate : candidates) {
+      std::error_code ec;
+      if (!fs::is_regular_file(candidate, ec)) continue;
+      LOOM_ASSIGN_OR_RETURN(tokenizer, LoadTokenizer(candidate.string(), model_vocab));
+      break;
+    }
+    if (tokenizer == nullptr) {
+      return NotFoundError(model.path, " is a llama2.c checkpoint, which carries no tokenizer, ",
+                           "and neither ", candidates[0].string(), " nor ", candidates[1].string(),
+                           " exists; pass --tokenizer FILE");
+    }
+  } else if (const std::string json = TokenizerJsonBeside(model.path); !json.empty()) {
+    LOOM_ASSIGN_OR_RETURN(tokenizer, FromTokenizerJson(json));
+  } else {
+    return NotFoundError(model.path,
+                         " has no tokenizer (and no tokenizer.json beside it); pass "
+                         "--tokenizer FILE");
+  }
+  if (model_vocab > 0 && tokenizer->vocab_size() > model_vocab) {
+    return InvalidArgumentError("tokenizer ", tokenizer_path.empty() ? model.path : tokenizer_path,
+                                " has ", tokenizer->vocab_size(), " tokens but model ", model.path,
+                                " only ", model_vocab);
+  }
+  return tokenizer;
+}
+
+StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerForModel(const std::string& model_path,
+                                                           const std::string& tokenizer_path) {
+  std::error_code ec;
+  if (fs::is_directory(model_path, ec)) {
+    // A Hugging Face / MLX model directory: its tokenizer.json, without opening the weights.
+    if (!tokenizer_path.empty()) return LoadTokenizer(tokenizer_path, 0);
+    if (!TokenizerJsonBeside(model_path).empty()) return FromTokenizerJson(model_path);
+    LOOM_ASSIGN_OR_RETURN(std::unique_ptr<model::ModelFile> m, model::OpenModel(model_path));
+    return LoadTokenizerForModel(*m, tokenizer_path);
+  }
+  FileKind kind;
+  Status tokenizer_error;
+  {
+    LOOM_ASSIGN_OR_RETURN(base::MappedFile file, base::MappedFile::Open(model_path));
+    kind = Sniff(file.bytes(), model_path, &tokenizer_error);
+  }
+  if (kind == FileKind::kLlama2cTokenizer || kind == FileKind::kJson) {
+    return LoadTokenizer(tokenizer_path.empty() ? model_path : tokenizer_path, 0);
+  }
+  if (kind == FileKind::kUnknown) return UnknownFileError(model_path, tokenizer_error);
+  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<model::ModelFile> m, model::OpenModel(model_path));
+  return LoadTokenizerForModel(*m, tokenizer_path);
+}
+
+}  // namespace loom::text

