@@ -39,6 +39,9 @@ namespace {
 
 constexpr int64_t kStreamBytes = int64_t{256} << 20;
 
+// MLX matrices use groups of kMlxGroup values with bf16 scales and biases (mlx-lm's default).
+constexpr int64_t kMlxGroup = 64;
+
 // `copies` matrices of rows x cols in `type`, made of 64 random rows repeated.
 class Weights {
  public:
@@ -48,17 +51,38 @@ class Weights {
     const int64_t matrix_bytes = rows * row_bytes_;
     copies_ = copies;
     storage_ = base::AlignedBuffer<std::byte>(matrix_bytes * copies_);
+    if (IsMlx(type)) {
+      scale_row_bytes_ = cols / kMlxGroup * Traits(DType::kBF16).block_bytes;
+      scales_ = base::AlignedBuffer<std::byte>(rows * scale_row_bytes_ * copies_);
+      biases_ = base::AlignedBuffer<std::byte>(rows * scale_row_bytes_ * copies_);
+    }
     std::mt19937 rng(42);
     std::normal_distribution<float> dist(0.0f, 0.02f);
     std::vector<float> row(static_cast<size_t>(cols));
     std::vector<std::byte> pattern(static_cast<size_t>(64 * row_bytes_));
+    std::vector<std::byte> s_pattern(static_cast<size_t>(64 * scale_row_bytes_));
+    std::vector<std::byte> b_pattern(s_pattern.size());
     for (int64_t r = 0; r < 64; ++r) {
       for (float& v : row) v = dist(rng);
-      QuantizeRow(type, row.data(), cols, pattern.data() + r * row_bytes_);
+      if (IsMlx(type)) {
+        QuantizeMlxRow(type, kMlxGroup, DType::kBF16, row.data(), cols,
+                       pattern.data() + r * row_bytes_, s_pattern.data() + r * scale_row_bytes_,
+                       b_pattern.data() + r * scale_row_bytes_);
+      } else {
+        QuantizeRow(type, row.data(), cols, pattern.data() + r * row_bytes_);
+      }
     }
     for (int64_t r = 0; r < rows * copies_; ++r) {
       std::memcpy(storage_.data() + r * row_bytes_, pattern.data() + r % 64 * row_bytes_,
                   static_cast<size_t>(row_bytes_));
+      if (IsMlx(type)) {
+        std::memcpy(scales_.data() + r * scale_row_bytes_,
+                    s_pattern.data() + r % 64 * scale_row_bytes_,
+                    static_cast<size_t>(scale_row_bytes_));
+        std::memcpy(biases_.data() + r * scale_row_bytes_,
+                    b_pattern.data() + r % 64 * scale_row_bytes_,
+                    static_cast<size_t>(scale_row_bytes_));
+      }
     }
   }
   // Copies so that one pass over all of them streams >= kStreamBytes.
@@ -67,16 +91,24 @@ class Weights {
     return std::max<int64_t>(1, (kStreamBytes + bytes - 1) / bytes);
   }
   MatrixView View(int64_t copy) const {
-    return MatrixView{type_, rows_, cols_, storage_.data() + copy % copies_ * rows_ * row_bytes_,
-                      row_bytes_};
+    MatrixView v{type_, rows_, cols_, storage_.data() + copy % copies_ * rows_ * row_bytes_,
+                 row_bytes_};
+    if (IsMlx(type_)) {
+      v.scales = scales_.data() + copy % copies_ * rows_ * scale_row_bytes_;
+      v.biases = biases_.data() + copy % copies_ * rows_ * scale_row_bytes_;
+      v.scale_row_stride = scale_row_bytes_;
+      v.scale_type = DType::kBF16;
+      v.group_size = kMlxGroup;
+    }
+    return v;
   }
   int64_t copies() const { return copies_; }
   int64_t matrix_bytes() const { return rows_ * row_bytes_; }
 
  private:
   DType type_;
-  int64_t rows_, cols_, row_bytes_ = 0, copies_ = 1;
-  base::AlignedBuffer<std::byte> storage_;
+  int64_t rows_, cols_, row_bytes_ = 0, copies_ = 1, scale_row_bytes_ = 0;
+  base::AlignedBuffer<std::byte> storage_, scales_, biases_;
 };
 
 std::vector<float> RandomActivations(int64_t count) {
@@ -185,11 +217,19 @@ struct Shape {
   int64_t rows, cols;
 };
 constexpr Shape kShapes[] = {{2048, 2048}, {5632, 2048}, {2048, 5632}, {32000, 2048}};
-constexpr DType kTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0};
+constexpr DType kTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0, DType::kQ4_0,
+                            DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kMlx4, DType::kMlx8};
+
+// "q4_k", "mlx4_g64", ...
+std::string TypeName(DType type) {
+  std::string name(Traits(type).name);
+  if (IsMlx(type)) name += "_g" + std::to_string(kMlxGroup);
+  return name;
+}
 
 void RegisterAll() {
   for (DType type : kTypes) {
-    const std::string t(Traits(type).name);
+    const std::string t = TypeName(type);
     for (int threads : {1, 2}) {
       for (const Shape& s : kShapes) {
         const std::string shape = std::to_string(s.rows) + "x" + std::to_string(s.cols);
@@ -212,8 +252,8 @@ void RegisterAll() {
       }
     }
   }
-  for (DType type : {DType::kQ4_0, DType::kQ8_0}) {
-    const std::string t(Traits(type).name);
+  for (DType type : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kMlx4}) {
+    const std::string t = TypeName(type);
     for (int threads : {1, 2}) {
       benchmark::RegisterBenchmark(
           ("Model/" + t + "/decode/threads:" + std::to_string(threads)).c_str(), BM_Model, type, 1,

@@ -16,38 +16,13 @@
 #include <string>
 
 #include "loom/base/testing.h"
+#include "../cli_util.h"
 
 namespace {
 
-const std::string kLoom = std::string(LOOM_BINARY_DIR) + "/src/loom/cli/loom";
-
-struct CommandResult {
-  int exit_code = -1;
-  std::string out, err;
-};
-
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-// Runs a shell command with a hard time limit (the test fails rather than hangs).
-CommandResult RunShell(const std::string& command, int timeout_s = 120) {
-  const std::string dir = std::filesystem::temp_directory_path() /
-                          ("loom_pod_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  const std::string full = "timeout -k 5 " + std::to_string(timeout_s) + " " + command + " >" +
-                           dir + "/out 2>" + dir + "/err";
-  const int status = std::system(full.c_str());
-  CommandResult r;
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r.out = Slurp(dir + "/out");
-  r.err = Slurp(dir + "/err");
-  std::filesystem::remove_all(dir);
-  return r;
-}
+using loom::testing::CommandResult;
+using loom::testing::kLoom;
+using loom::testing::RunShell;
 
 nlohmann::json Golden(const std::string& shared) {
   std::ifstream in(shared + "/golden/stories260K_greedy.json");

@@ -15,6 +15,7 @@
 #include "loom/cli/pod.h"
 #include "loom/engine/generator.h"
 #include "loom/engine/loaded_model.h"
+#include "loom/text/chat_template.h"
 
 namespace loom::cli {
 namespace {
@@ -31,6 +32,8 @@ struct RunOptions {
   int64_t context = 0;
   int64_t batch = 256;
   bool no_bos = false;
+  bool chat = false;
+  std::string system;
   bool json = false;
   PodFlags pod;
 };
@@ -39,9 +42,21 @@ struct RunOptions {
 int Generate(const RunOptions& o, model::ForwardPass& forward, const text::Tokenizer& tokenizer,
              std::vector<int32_t> prompt_ids, double load_seconds, int threads) {
   const model::HParams& hp = forward.hparams();
-  if (prompt_ids.empty()) {
-    const bool bos = !o.no_bos && tokenizer.add_bos_default();
-    auto ids = tokenizer.Encode(o.prompt, bos);
+  if (prompt_ids.empty() && o.chat) {
+    std::vector<text::ChatMessage> messages;
+    if (!o.system.empty()) messages.push_back({"system", o.system});
+    messages.push_back({"user", o.prompt});
+    auto rendered = text::RenderChat(tokenizer, messages, /*add_generation_prompt=*/true);
+    if (!rendered.ok()) return Fail("run", rendered.status());
+    auto ids = text::EncodeChat(tokenizer, *rendered);
+    if (!ids.ok()) return Fail("run", ids.status());
+    prompt_ids = std::move(*ids);
+  } else if (prompt_ids.empty()) {
+    // A prompt typed here may name control tokens ("<|im_start|>"), as llama.cpp allows.
+    text::EncodeOptions encode;
+    encode.add_bos = !o.no_bos && tokenizer.add_bos_default();
+    encode.parse_special = true;
+    auto ids = tokenizer.Encode(o.prompt, encode);
     if (!ids.ok()) return Fail("run", ids.status());
     prompt_ids = std::move(*ids);
   }
@@ -144,14 +159,24 @@ int Run(const RunOptions& o) {
 void AddRunCommand(CLI::App& app, Action* action) {
   auto o = std::make_shared<RunOptions>();
   CLI::App* sub = app.add_subcommand("run", "Generate text from a model");
-  sub->add_option("-m,--model", o->model, "Model file: GGUF or llama2.c checkpoint")->required();
+  sub->add_option("-m,--model", o->model,
+                  "Model: GGUF or llama2.c file, Hugging Face / MLX model directory, or a name "
+                  "in the cache (loom pull)")
+      ->required();
   sub->add_option("--tokenizer", o->tokenizer,
-                  "Tokenizer file (default: the model's own, or tokenizer.bin beside a llama2.c "
-                  "checkpoint)");
+                  "Tokenizer: tokenizer.json (or its directory), llama2.c tokenizer.bin, or a GGUF "
+                  "file whose tokenizer is borrowed (default: the model's own, or tokenizer.bin "
+                  "beside a llama2.c checkpoint)");
   auto* p = sub->add_option("-p,--prompt", o->prompt, "Prompt text (BOS added as the tokenizer says)");
   auto* ids = sub->add_option("--prompt-ids", o->prompt_ids,
                               "Prompt as comma-separated token ids, used exactly as given");
   p->excludes(ids);
+  auto* chat = sub->add_flag("--chat", o->chat,
+                             "Treat -p as a user message and apply the model's chat template "
+                             "(tokenizer_config.json chat_template or GGUF tokenizer.chat_template; "
+                             "without one, the message text as is)");
+  chat->excludes(ids);
+  sub->add_option("--system", o->system, "System message for --chat")->needs(chat);
   sub->add_option("-n,--max-new", o->max_new, "Maximum number of new tokens")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));

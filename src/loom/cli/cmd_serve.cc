@@ -12,6 +12,8 @@
 
 #include "loom/cli/commands.h"
 #include "loom/cli/common.h"
+#include "loom/cli/pod.h"
+#include "loom/comm/config.h"
 #include "loom/engine/batch_engine.h"
 #include "loom/engine/loaded_model.h"
 #include "loom/serve/server.h"
@@ -35,13 +37,15 @@ struct ServeOptions {
   int64_t prefill_chunk = 64;
   double read_timeout = 10;
   int64_t max_body = 4 << 20;
+  PodFlags pod;
 };
 
-// The model the server runs: a ForwardPass with its tokenizer.  Today a local Transformer holding
-// --parallel sequences; a pod (--tp/--pp, rank 0 serving while the other ranks follow its steps)
-// will plug in here and nowhere else.
+// The model the server runs: a ForwardPass with its tokenizer, either a local Transformer holding
+// --parallel sequences or, with --tp/--pp, a pod driven from rank 0 (the only rank that serves
+// HTTP; the others follow its steps in RunFollower).
 struct ServeBackend {
   engine::LoadedModel local;
+  std::unique_ptr<PodSession> pod;
   model::ForwardPass* forward = nullptr;
   const text::Tokenizer* tokenizer = nullptr;
   const model::TokenizerSpec* tokenizer_spec = nullptr;
@@ -57,6 +61,15 @@ StatusOr<std::unique_ptr<ServeBackend>> OpenBackend(const ServeOptions& o) {
   load.n_slots = o.parallel;
   load.max_batch = std::max(o.batch, o.parallel);  // every sequence decodes in each step
   auto b = std::make_unique<ServeBackend>();
+  if (o.pod.distributed()) {
+    LOOM_ASSIGN_OR_RETURN(b->pod, JoinPod(o.pod, load));
+    const engine::LoadedModel& m = b->pod->model;
+    b->forward = b->pod->driver.get();  // null on the following ranks
+    b->tokenizer = m.tokenizer.get();
+    b->tokenizer_spec = &m.file->tokenizer;
+    b->threads = m.pool->size();
+    return b;
+  }
   LOOM_ASSIGN_OR_RETURN(b->local, engine::LoadModel(load));
   b->forward = b->local.transformer.get();
   b->tokenizer = b->local.tokenizer.get();
@@ -83,6 +96,7 @@ int RunServe(const ServeOptions& o) {
                  o.host.c_str());
     return 2;
   }
+  if (NeedsSelfLaunch(o.pod)) return SelfLaunch(o.pod, "serve");
   // Signals are taken by sigwait() below: block them before any thread starts, so that every
   // thread inherits the mask and none is interrupted.
   sigset_t signals;
@@ -101,10 +115,20 @@ int RunServe(const ServeOptions& o) {
   auto backend = OpenBackend(o);
   if (!backend.ok()) return Fail("serve", backend.status());
   ServeBackend& b = **backend;
+  if (b.pod != nullptr && !b.pod->is_driver()) {
+    // A following rank: runs rank 0's steps until it shuts the pod down (or fails).
+    const Status st = parallel::RunFollower(b.pod->rank());
+    return st.ok() ? 0 : Fail("serve", st.WithContext(StrCat("rank ", b.pod->world->rank())));
+  }
 
   engine::BatchEngineOptions eo;
   eo.max_queue = o.queue;
   eo.prefill_chunk = o.prefill_chunk;
+  if (b.pod != nullptr) {
+    // The other ranks wait for each step with the group's deadline: ping well within it.
+    auto config = comm::GroupConfigFromEnvironment();
+    if (config.ok()) eo.keep_alive_seconds = std::min(5.0, config->options.timeout_seconds / 4);
+  }
   auto engine = engine::BatchEngine::Create(*b.forward, *b.tokenizer, eo);
   if (!engine.ok()) return Fail("serve", engine.status());
 
@@ -121,10 +145,12 @@ int RunServe(const ServeOptions& o) {
 
   const std::string host =
       o.host.find(':') != std::string::npos && o.host.front() != '[' ? "[" + o.host + "]" : o.host;
-  std::printf("loom serve: http://%s:%d/ (model %s, %lld slots, context %lld, %d threads%s)\n",
+  const std::string pod =
+      b.pod != nullptr ? StrCat(" per rank, tp ", o.pod.tp, " x pp ", o.pod.pp) : std::string();
+  std::printf("loom serve: http://%s:%d/ (model %s, %lld slots, context %lld, %d threads%s%s)\n",
               host.c_str(), (*server)->port(), so.model_id.c_str(),
               static_cast<long long>(b.forward->n_slots()),
-              static_cast<long long>(b.forward->context()), b.threads,
+              static_cast<long long>(b.forward->context()), b.threads, pod.c_str(),
               o.api_key.empty() ? "" : ", API key required");
   std::fflush(stdout);
 
@@ -133,6 +159,10 @@ int RunServe(const ServeOptions& o) {
   std::fprintf(stderr, "loom serve: %s, stopping\n", sig == SIGINT ? "interrupted" : "terminated");
   (*server)->Stop();
   (*engine)->Stop();
+  if (b.pod != nullptr) {
+    const Status st = b.pod->driver->Shutdown();
+    if (!st.ok()) return Fail("serve", st);
+  }
   return 0;
 }
 
@@ -144,7 +174,8 @@ void AddServeCommand(CLI::App& app, Action* action) {
       "serve",
       "Serve a model over HTTP: OpenAI-compatible /v1/chat/completions, /v1/completions and "
       "/v1/models (streaming included), /health, /metrics, and a chat page at /");
-  sub->add_option("-m,--model", o->model, "Model file: GGUF or llama2.c checkpoint")->required();
+  sub->add_option("-m,--model", o->model, "Model: GGUF or llama2.c file, model directory, or a name in the cache")
+      ->required();
   sub->add_option("--tokenizer", o->tokenizer,
                   "Tokenizer file (default: the model's own, or tokenizer.bin beside a llama2.c "
                   "checkpoint)");
@@ -191,6 +222,7 @@ void AddServeCommand(CLI::App& app, Action* action) {
   sub->add_option("--max-body", o->max_body, "Largest request body in bytes (larger: 413)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1024}, int64_t{1} << 30));
+  AddPodFlags(*sub, o->pod);
   sub->callback([o, action] { *action = [o] { return RunServe(*o); }; });
 }
 

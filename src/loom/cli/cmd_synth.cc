@@ -41,7 +41,7 @@ void PrintShapes() {
                 static_cast<long long>(s.vocab_size), static_cast<long long>(s.context_length),
                 static_cast<double>(ParameterCount(s)) / 1e6);
   }
-  std::printf("types: f32 f16 bf16 q8_0 q4_0 (norm vectors are always f32)\n");
+  std::printf("types: f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k (norm vectors are always f32; k-quants need rows of whole 256-value blocks)\n");
 }
 
 int RunSynth(const SynthCliOptions& o) {
@@ -102,7 +102,7 @@ void AddSynthCommand(CLI::App& app, Action* action) {
   auto options = std::make_shared<SynthCliOptions>();
   sub->add_option("--shape", options->shape, "tiny | tinyllama-1.1b | llama2-7b (see --list)")
       ->capture_default_str();
-  sub->add_option("--type", options->type, "weight type: f32 | f16 | bf16 | q8_0 | q4_0")
+  sub->add_option("--type", options->type, "weight type: f32 | f16 | bf16 | q8_0 | q4_0 | q4_k | q5_k | q6_k")
       ->capture_default_str();
   sub->add_option("-o,--output", options->out, "the GGUF file to write");
   sub->add_option("--seed", options->seed, "random seed (same seed, same file)")

@@ -524,7 +524,11 @@ RunResult Supervisor::Finish() {
     r.message =
         StrCat("loom launch: ", who, " ", DescribeExit(p),
                options_.stop_on_failure && children_.size() > 1 ? "; stopped the other ranks" : "");
-  } else if (interrupted_by_ != 0) {
+  } else if (interrupted_by_ != 0 &&
+             !std::all_of(children_.begin(), children_.end(), [](const auto& c) {
+               return c->result.exited && c->result.exit_code == 0;
+             })) {
+    // (Every rank shutting down cleanly on the forwarded signal, as `loom serve` does, is success.)
     r.exit_code = 128 + interrupted_by_;
     r.message = StrCat("loom launch: interrupted by SIG", SignalName(interrupted_by_),
                        " (forwarded to every rank)");

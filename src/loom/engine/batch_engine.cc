@@ -1,6 +1,8 @@
 #include "loom/engine/batch_engine.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cmath>
 #include <limits>
 #include <utility>
@@ -199,6 +201,7 @@ StatusOr<std::shared_ptr<Completion>> BatchEngine::Submit(CompletionRequest requ
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return UnavailableError("completion: the engine is shutting down");
+    if (!failed_.ok()) return failed_;
     if (static_cast<int64_t>(queue_.size()) >= options_.max_queue) {
       // Requests whose clients left still count until admission skips them; drop them now.
       std::erase_if(queue_, [](const std::shared_ptr<Completion>& q) { return q->cancelled(); });
@@ -221,8 +224,20 @@ void BatchEngine::Loop() {
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !queue_.empty() || active_.load() > 0; });
+      const bool work = cv_.wait_for(
+          lock, std::chrono::duration<double>(options_.keep_alive_seconds),
+          [&] { return stopping_ || !queue_.empty() || active_.load() > 0; });
       if (stopping_) return;
+      if (!work) {
+        if (!failed_.ok()) continue;
+        lock.unlock();
+        const Status alive = model_.KeepAlive();
+        if (alive.ok()) continue;
+        std::fprintf(stderr, "loom: the model failed while idle: %s\n", alive.ToString().c_str());
+        lock.lock();
+        failed_ = UnavailableError("completion: the model failed: ", alive.message());
+        continue;
+      }
     }
     Step();
   }

@@ -148,6 +148,10 @@ struct BatchEngineOptions {
   int64_t max_queue = 64;      // requests waiting for a slot; beyond that Submit() refuses
   int64_t prefill_chunk = 64;  // prompt tokens per step while other sequences decode
   bool start_thread = true;    // false: the caller drives Step() (tests)
+  // With nothing to run for this long the engine calls the model's KeepAlive() (a pod's other
+  // ranks wait for steps with a deadline).  A KeepAlive error fails the engine: every request
+  // then ends with that error.
+  double keep_alive_seconds = 5;
   text::DetokenizerOptions detokenizer;
 };
 
@@ -242,6 +246,7 @@ class BatchEngine {
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Completion>> queue_;
   bool stopping_ = false;
+  Status failed_;  // the model's KeepAlive() error: no request can run any more
   std::atomic<int64_t> active_{0};
   std::atomic<int64_t> queued_{0};
   std::atomic<int64_t> steps_{0};

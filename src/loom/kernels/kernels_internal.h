@@ -48,6 +48,19 @@ inline int64_t QActRowBytes(int64_t cols) {
 void QuantizeActivationRows(const float* x, int64_t n, int64_t cols, int32_t corr_mult,
                             std::byte* out);
 
+// Activations of the K-quant and MLX kernels ("kact"), one row of x per KActRowBytes(cols):
+//   [0, KActQBytes)           int8 q(cols), from reference::QuantizeActivations (32-value blocks)
+//   then float d(cols / 32)   the blocks' scales
+//   then float hs(cols / 16)  hs[h] = d[h / 2] * (sum of the 16 q of half-block h), for the
+//                             weights' per-half offsets (Q4_K/Q5_K mins, Q6_K's -32, MLX biases)
+inline int64_t KActQBytes(int64_t cols) { return (cols + 63) / 64 * 64; }
+inline int64_t KActRowBytes(int64_t cols) {
+  return KActQBytes(cols) + (cols / 32 * 4 + cols / 16 * 4 + 63) / 64 * 64;
+}
+
+// out(n, KActRowBytes(cols)) = the kact rows of x(n, cols); cols a multiple of 32.
+void QuantizeKActRows(const float* x, int64_t n, int64_t cols, std::byte* out);
+
 // y(n, y_stride)[:, row_begin:row_end] = x . w[row_begin:row_end]^T for one weight type.
 // Float types take x(n, w.cols) as float; quantized types take qact rows (n, QActRowBytes(cols)).
 void MatMulRowsF32(const MatrixView& w, int64_t row_begin, int64_t row_end, const float* x,
@@ -60,5 +73,15 @@ void MatMulRowsQ8_0(const MatrixView& w, int64_t row_begin, int64_t row_end, con
                     int64_t n, float* y, int64_t y_stride);
 void MatMulRowsQ4_0(const MatrixView& w, int64_t row_begin, int64_t row_end, const std::byte* xq,
                     int64_t n, float* y, int64_t y_stride);
+
+// K-quant and MLX products; xa is kact rows (n, KActRowBytes(w.cols)).
+void MatMulRowsQ4_K(const MatrixView& w, int64_t row_begin, int64_t row_end, const std::byte* xa,
+                    int64_t n, float* y, int64_t y_stride);
+void MatMulRowsQ5_K(const MatrixView& w, int64_t row_begin, int64_t row_end, const std::byte* xa,
+                    int64_t n, float* y, int64_t y_stride);
+void MatMulRowsQ6_K(const MatrixView& w, int64_t row_begin, int64_t row_end, const std::byte* xa,
+                    int64_t n, float* y, int64_t y_stride);
+void MatMulRowsMlx(const MatrixView& w, int64_t row_begin, int64_t row_end, const std::byte* xa,
+                   int64_t n, float* y, int64_t y_stride);
 
 }  // namespace loom::kernels::internal

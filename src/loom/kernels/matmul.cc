@@ -8,7 +8,11 @@
 namespace loom::kernels {
 namespace {
 
-bool IsQuantized(DType type) { return type == DType::kQ8_0 || type == DType::kQ4_0; }
+// Q8_0/Q4_0 read "qact" activations; K-quant and MLX kernels "kact" (kernels_internal.h).
+bool UsesQAct(DType type) { return type == DType::kQ8_0 || type == DType::kQ4_0; }
+bool UsesKAct(DType type) {
+  return type != DType::kF32 && type != DType::kF16 && type != DType::kBF16 && !UsesQAct(type);
+}
 
 // Rows [begin, end) of one product; `act` is float x or qact rows depending on the type.
 void RunRows(const MatrixView& w, int64_t begin, int64_t end, const void* act, int64_t n,
@@ -31,6 +35,23 @@ void RunRows(const MatrixView& w, int64_t begin, int64_t end, const void* act, i
     case DType::kQ4_0:
       internal::MatMulRowsQ4_0(w, begin, end, xq, n, y, w.rows);
       return;
+    case DType::kQ4_K:
+      internal::MatMulRowsQ4_K(w, begin, end, xq, n, y, w.rows);
+      return;
+    case DType::kQ5_K:
+      internal::MatMulRowsQ5_K(w, begin, end, xq, n, y, w.rows);
+      return;
+    case DType::kQ6_K:
+      internal::MatMulRowsQ6_K(w, begin, end, xq, n, y, w.rows);
+      return;
+    case DType::kMlx2:
+    case DType::kMlx3:
+    case DType::kMlx4:
+    case DType::kMlx5:
+    case DType::kMlx6:
+    case DType::kMlx8:
+      internal::MatMulRowsMlx(w, begin, end, xq, n, y, w.rows);
+      return;
   }
 }
 
@@ -47,7 +68,18 @@ void MatMulMulti(std::span<const MatrixView> w, const float* x, int64_t n,
   const DType type = w[0].type;
   const int64_t cols = w[0].cols;
   const void* act = x;
-  if (IsQuantized(type)) {
+  if (UsesKAct(type)) {
+    const int64_t row_bytes = internal::KActRowBytes(cols);
+    std::byte* xa = ws.Get(n * row_bytes);
+    if (n >= 8 && pool.size() > 1) {
+      pool.ParallelFor(n, 1, [&](int64_t begin, int64_t end) {
+        internal::QuantizeKActRows(x + begin * cols, end - begin, cols, xa + begin * row_bytes);
+      });
+    } else {
+      internal::QuantizeKActRows(x, n, cols, xa);
+    }
+    act = xa;
+  } else if (UsesQAct(type)) {
     // One quantization of x serves every matrix (q/k/v, gate/up).
     const int64_t row_bytes = internal::QActRowBytes(cols);
     std::byte* xq = ws.Get(n * row_bytes);

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
@@ -38,27 +39,76 @@ namespace {
 using testing::ForEachSimdTarget;
 using testing::RandomVector;
 
-// A weight matrix stored in `type`, built from random floats.
+// A weight matrix stored in `type`, built from random floats (MLX types with groups of `group`
+// values and scales/biases of `scale_type`).
 struct TestMatrix {
-  TestMatrix(DType type, int64_t rows, int64_t cols, uint32_t seed)
+  TestMatrix(DType type, int64_t rows, int64_t cols, uint32_t seed, int64_t group = 32,
+             DType scale_type = DType::kBF16)
       : floats(RandomVector(rows * cols, seed, 0.5f)) {
     row_bytes = RowBytes(type, cols).value();
     bytes.resize(static_cast<size_t>(rows * row_bytes));
-    for (int64_t r = 0; r < rows; ++r) {
-      QuantizeRow(type, floats.data() + r * cols, cols, bytes.data() + r * row_bytes);
-    }
     view = MatrixView{type, rows, cols, bytes.data(), row_bytes};
+    if (IsMlx(type)) {
+      const int64_t scale_row_bytes = cols / group * Traits(scale_type).block_bytes;
+      scales.resize(static_cast<size_t>(rows * scale_row_bytes));
+      biases.resize(scales.size());
+      view.scales = scales.data();
+      view.biases = biases.data();
+      view.scale_row_stride = scale_row_bytes;
+      view.scale_type = scale_type;
+      view.group_size = group;
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      if (IsMlx(type)) {
+        QuantizeMlxRow(type, group, scale_type, floats.data() + r * cols, cols,
+                       bytes.data() + r * row_bytes, scales.data() + r * view.scale_row_stride,
+                       biases.data() + r * view.scale_row_stride);
+      } else {
+        QuantizeRow(type, floats.data() + r * cols, cols, bytes.data() + r * row_bytes);
+      }
+    }
   }
   std::vector<float> floats;
-  std::vector<std::byte> bytes;
+  std::vector<std::byte> bytes, scales, biases;
   int64_t row_bytes = 0;
+  MatrixView view;
+};
+
+// A packed copy of the rows and columns of `view` (data, and MLX scales/biases).
+struct PackedCopy {
+  explicit PackedCopy(const MatrixView& v) {
+    const int64_t row_bytes = RowBytes(v.type, v.cols).value();
+    bytes.resize(static_cast<size_t>(v.rows * row_bytes));
+    for (int64_t r = 0; r < v.rows; ++r) {
+      std::memcpy(bytes.data() + r * row_bytes, v.data + r * v.row_stride,
+                  static_cast<size_t>(row_bytes));
+    }
+    view = v;
+    view.data = bytes.data();
+    view.row_stride = row_bytes;
+    if (IsMlx(v.type)) {
+      const int64_t scale_row_bytes = v.cols / v.group_size * Traits(v.scale_type).block_bytes;
+      scales.resize(static_cast<size_t>(v.rows * scale_row_bytes));
+      biases.resize(scales.size());
+      for (int64_t r = 0; r < v.rows; ++r) {
+        std::memcpy(scales.data() + r * scale_row_bytes, v.scales + r * v.scale_row_stride,
+                    static_cast<size_t>(scale_row_bytes));
+        std::memcpy(biases.data() + r * scale_row_bytes, v.biases + r * v.scale_row_stride,
+                    static_cast<size_t>(scale_row_bytes));
+      }
+      view.scales = scales.data();
+      view.biases = biases.data();
+      view.scale_row_stride = scale_row_bytes;
+    }
+  }
+  std::vector<std::byte> bytes, scales, biases;
   MatrixView view;
 };
 
 // What the kernels actually multiply: x itself for float types, its quantized values otherwise.
 std::vector<float> EffectiveActivations(DType type, const float* x, int64_t n, int64_t cols) {
   std::vector<float> out(x, x + n * cols);
-  if (type != DType::kQ8_0 && type != DType::kQ4_0) return out;
+  if (!reference::UsesQuantizedActivations(type)) return out;
   std::vector<int8_t> q(static_cast<size_t>(cols));
   std::vector<float> d(static_cast<size_t>(cols / 32));
   for (int64_t i = 0; i < n; ++i) {
@@ -134,11 +184,12 @@ TEST_P(MatMulTest, MatchesReferenceOnRaggedShapes) {
   const bool quantized = Traits(type).block_elems > 1;
   std::vector<int64_t> cols_list = {32, 64, 96, 160, 2080};
   if (!quantized) cols_list.insert(cols_list.end(), {1, 17, 33});
+  if (Traits(type).block_elems == 256) cols_list = {256, 512, 2304};
   for (int64_t cols : cols_list) {
     for (int64_t rows : {1, 3, 4, 5, 13, 37}) {
       const TestMatrix m(type, rows, cols, static_cast<uint32_t>(rows * 1000 + cols));
       for (int64_t n : {1, 2, 3, 5, 8, 17}) {
-        if (cols == 2080 && n > 5 && rows > 5) continue;  // keeps the reference affordable
+        if (cols >= 2080 && n > 5 && rows > 5) continue;  // keeps the reference affordable
         const std::vector<float> x = RandomVector(n * cols, static_cast<uint32_t>(n + cols));
         const Expected want(m.view, x.data(), n);
         ForEachSimdTarget([&] {
@@ -161,30 +212,24 @@ TEST_P(MatMulTest, MatchesReferenceOnRaggedShapes) {
 // matrix must give the same result as a packed copy of that sub-matrix.
 TEST_P(MatMulTest, RowAndColumnViewsMatchPackedCopies) {
   const DType type = GetParam();
+  const int64_t unit = std::max<int64_t>(32, Traits(type).block_elems);
   const int64_t rows = 23;
-  const int64_t cols = 320;
+  const int64_t cols = 10 * unit;
   const TestMatrix m(type, rows, cols, 99);
-  const MatrixView view = m.view.RowRange(5, 13).ColRange(96, 160);
-  ASSERT_TRUE(m.view.ColRangeOk(96, 160));
-  // Packed copy of the same bytes.
-  const int64_t sub_row_bytes = RowBytes(type, 160).value();
-  std::vector<std::byte> packed(static_cast<size_t>(13 * sub_row_bytes));
-  for (int64_t r = 0; r < 13; ++r) {
-    std::memcpy(packed.data() + r * sub_row_bytes, view.data + r * view.row_stride,
-                static_cast<size_t>(sub_row_bytes));
-  }
-  const MatrixView packed_view{type, 13, 160, packed.data(), sub_row_bytes};
+  ASSERT_TRUE(m.view.ColRangeOk(3 * unit, 5 * unit));
+  const MatrixView view = m.view.RowRange(5, 13).ColRange(3 * unit, 5 * unit);
+  const PackedCopy packed(view);
   ForEachSimdTarget([&] {
     for (int64_t n : {1, 5}) {
-      const std::vector<float> x = RandomVector(n * 160, 5);
+      const std::vector<float> x = RandomVector(n * 5 * unit, 5);
       for (int threads : {1, 2, 3}) {
         Workspace ws;
         std::vector<float> y_view(static_cast<size_t>(n * 13));
         std::vector<float> y_packed(static_cast<size_t>(n * 13));
         MatMul(view, x.data(), n, y_view.data(), ws, Pool(threads));
-        MatMul(packed_view, x.data(), n, y_packed.data(), ws, Pool(threads));
+        MatMul(packed.view, x.data(), n, y_packed.data(), ws, Pool(threads));
         EXPECT_EQ(y_view, y_packed);
-        ExpectMatchesReference(packed_view, x.data(), n, y_view.data());
+        ExpectMatchesReference(packed.view, x.data(), n, y_view.data());
       }
     }
   });
@@ -208,7 +253,7 @@ TEST_P(MatMulTest, LargeBatchesSpanSeveralActivationChunks) {
 
 TEST_P(MatMulTest, MultiEqualsSeparateProducts) {
   const DType type = GetParam();
-  const int64_t cols = 192;
+  const int64_t cols = Traits(type).block_elems == 256 ? 512 : 192;
   const TestMatrix q(type, 37, cols, 1);
   const TestMatrix k(type, 6, cols, 2);
   const TestMatrix v(type, 9, cols, 3);
@@ -246,17 +291,19 @@ TEST_P(MatMulTest, DoesNotAllocateAfterWarmup) {
 
 TEST_P(MatMulTest, EmptyInputsWriteNothing) {
   const DType type = GetParam();
-  const TestMatrix m(type, 4, 64, 8);
+  const TestMatrix m(type, 4, 256, 8);
   Workspace ws;
   std::vector<float> y(4, 7.0f);
   MatMul(m.view, nullptr, 0, y.data(), ws, Pool(2));
-  MatMul(m.view.RowRange(0, 0), RandomVector(64, 1).data(), 1, y.data(), ws, Pool(2));
+  MatMul(m.view.RowRange(0, 0), RandomVector(256, 1).data(), 1, y.data(), ws, Pool(2));
   EXPECT_EQ(y, std::vector<float>(4, 7.0f));
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, MatMulTest,
                          ::testing::Values(DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0,
-                                           DType::kQ4_0),
+                                           DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K,
+                                           DType::kMlx2, DType::kMlx3, DType::kMlx4, DType::kMlx5,
+                                           DType::kMlx6, DType::kMlx8),
                          [](const ::testing::TestParamInfo<DType>& info) {
                            return std::string(Traits(info.param).name);
                          });
@@ -283,17 +330,89 @@ TEST(MatMulF32Test, StaysWithin1e5OfAPlainFloatLoop) {
 }
 
 TEST(DequantizeRowTest, ReturnsTheStoredRow) {
-  for (DType type : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
-    const TestMatrix m(type, 3, 64, 5);
-    std::vector<float> expected(64), got(64);
+  for (DType type : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0,
+                     DType::kQ4_K, DType::kQ6_K, DType::kMlx4}) {
+    const TestMatrix m(type, 3, 256, 5);
+    std::vector<float> expected(256), got(256);
     reference::DequantizeRow(m.view, 2, expected.data());
     DequantizeRow(m.view, 2, got.data());
     EXPECT_EQ(got, expected);
     if (type == DType::kF32) {
-      EXPECT_EQ(got, std::vector<float>(m.floats.begin() + 128, m.floats.end()));
+      EXPECT_EQ(got, std::vector<float>(m.floats.begin() + 512, m.floats.end()));
     }
   }
 }
+
+// Every MLX width with every group size and scale type, against the reference, including row and
+// column range views.
+struct MlxCase {
+  DType type;
+  int64_t group;
+  DType scale_type;
+};
+
+class MlxMatMulTest : public ::testing::TestWithParam<MlxCase> {};
+
+TEST_P(MlxMatMulTest, MatchesReferenceAndViews) {
+  const MlxCase c = GetParam();
+  base::ThreadPool pool(2, /*spin_microseconds=*/0);
+  for (int64_t cols : {128, 384}) {
+    for (int64_t rows : {1, 5, 13}) {
+      const TestMatrix m(c.type, rows, cols, static_cast<uint32_t>(rows * 7 + cols), c.group,
+                         c.scale_type);
+      for (int64_t n : {1, 3, 17}) {
+        const std::vector<float> x = RandomVector(n * cols, static_cast<uint32_t>(n + cols));
+        const Expected want(m.view, x.data(), n);
+        ForEachSimdTarget([&] {
+          Workspace ws;
+          std::vector<float> y(static_cast<size_t>(n * rows), NAN);
+          MatMul(m.view, x.data(), n, y.data(), ws, pool);
+          ExpectNear(want, m.view, n, y.data());
+        });
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
+  const TestMatrix big(c.type, 11, 512, 3, c.group, c.scale_type);
+  EXPECT_FALSE(big.view.ColRangeOk(32, 256) && c.group > 32);
+  EXPECT_FALSE(big.view.ColRangeOk(0, 16));  // not whole 32-bit words
+  ASSERT_TRUE(big.view.ColRangeOk(128, 256));
+  const MatrixView view = big.view.RowRange(2, 7).ColRange(128, 256);
+  const PackedCopy packed(view);
+  std::vector<float> a(256), b(256);
+  reference::DequantizeRow(view, 3, a.data());
+  reference::DequantizeRow(packed.view, 3, b.data());
+  EXPECT_EQ(a, b);
+  ForEachSimdTarget([&] {
+    for (int64_t n : {1, 3}) {
+      const std::vector<float> x = RandomVector(n * 256, 9);
+      Workspace ws;
+      std::vector<float> y_view(static_cast<size_t>(n * 7)), y_packed(static_cast<size_t>(n * 7));
+      MatMul(view, x.data(), n, y_view.data(), ws, pool);
+      MatMul(packed.view, x.data(), n, y_packed.data(), ws, pool);
+      EXPECT_EQ(y_view, y_packed);
+      ExpectMatchesReference(packed.view, x.data(), n, y_view.data());
+    }
+  });
+}
+
+std::vector<MlxCase> AllMlxCases() {
+  std::vector<MlxCase> out;
+  for (DType t :
+       {DType::kMlx2, DType::kMlx3, DType::kMlx4, DType::kMlx5, DType::kMlx6, DType::kMlx8}) {
+    for (int64_t g : {32, 64, 128}) {
+      for (DType s : {DType::kBF16, DType::kF16, DType::kF32}) out.push_back({t, g, s});
+    }
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(All, MlxMatMulTest, ::testing::ValuesIn(AllMlxCases()),
+                         [](const ::testing::TestParamInfo<MlxCase>& info) {
+                           return std::string(Traits(info.param.type).name) + "_g" +
+                                  std::to_string(info.param.group) + "_" +
+                                  std::string(Traits(info.param.scale_type).name);
+                         });
 
 }  // namespace
 }  // namespace loom::kernels

@@ -17,26 +17,46 @@ struct MatrixView {
   int64_t cols = 0;
   const std::byte* data = nullptr;
   int64_t row_stride = 0;  // bytes between the starts of consecutive rows
+  // MLX affine types only (IsMlx(type)): per-group scale and bias, value = scale * q + bias.
+  const std::byte* scales = nullptr;  // (rows, cols / group_size) of scale_type
+  const std::byte* biases = nullptr;  // same shape and type
+  int64_t scale_row_stride = 0;       // bytes between rows of scales (and of biases)
+  DType scale_type = DType::kBF16;    // kF32, kF16 or kBF16
+  int64_t group_size = 0;             // values per group: 32, 64 or 128
 
   // Rows [begin, begin + count).
   MatrixView RowRange(int64_t begin, int64_t count) const {
     MatrixView v = *this;
     v.rows = count;
     v.data = data + begin * row_stride;
+    if (scales != nullptr) v.scales = scales + begin * scale_row_stride;
+    if (biases != nullptr) v.biases = biases + begin * scale_row_stride;
     return v;
   }
-  // Columns [begin, begin + count); both must be multiples of the type's block size (the caller,
-  // usually a shard planner, validates that with ColRangeOk first).
+  // Columns [begin, begin + count); both must be multiples of the type's block size (for MLX
+  // types also of group_size; the caller, usually a shard planner, validates that with ColRangeOk
+  // first).
   MatrixView ColRange(int64_t begin, int64_t count) const {
     const DTypeTraits& t = Traits(type);
     MatrixView v = *this;
     v.cols = count;
     v.data = data + begin / t.block_elems * t.block_bytes;
+    if (IsMlx(type) && group_size > 0) {
+      const int64_t offset = begin / group_size * Traits(scale_type).block_bytes;
+      if (scales != nullptr) v.scales = scales + offset;
+      if (biases != nullptr) v.biases = biases + offset;
+    }
     return v;
   }
   bool ColRangeOk(int64_t begin, int64_t count) const {
     const int64_t b = Traits(type).block_elems;
-    return begin >= 0 && count >= 0 && begin + count <= cols && begin % b == 0 && count % b == 0;
+    if (begin < 0 || count < 0 || begin + count > cols || begin % b != 0 || count % b != 0) {
+      return false;
+    }
+    if (IsMlx(type)) {  // whole groups (block_elems = 32 values = whole 32-bit words)
+      return group_size > 0 && begin % group_size == 0 && count % group_size == 0;
+    }
+    return true;
   }
 };
 

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "loom/base/half.h"
+#include "loom/kernels/block_formats.h"
 
 namespace loom::kernels {
 namespace {
@@ -70,6 +71,19 @@ void QuantizeRow(DType type, const float* x, int64_t n, std::byte* out) {
       return;
     case DType::kQ4_0:
       for (int64_t b = 0; b < n / 32; ++b) QuantizeBlockQ4_0(x + 32 * b, out + 18 * b);
+      return;
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K:
+      internal::QuantizeKQuantRow(type, x, n, out);
+      return;
+    case DType::kMlx2:
+    case DType::kMlx3:
+    case DType::kMlx4:
+    case DType::kMlx5:
+    case DType::kMlx6:
+    case DType::kMlx8:
+      std::memset(out, 0, static_cast<size_t>(n / 32 * Traits(type).block_bytes));
       return;
   }
 }

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "loom/base/half.h"
+#include "loom/kernels/block_formats.h"
 
 namespace loom::kernels::reference {
 namespace {
@@ -87,7 +88,24 @@ void DequantizeRow(const MatrixView& w, int64_t row, float* out) {
         }
       }
       return;
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K:
+      internal::DequantizeKQuantRow(w.type, p, w.cols, out);
+      return;
+    case DType::kMlx2:
+    case DType::kMlx3:
+    case DType::kMlx4:
+    case DType::kMlx5:
+    case DType::kMlx6:
+    case DType::kMlx8:
+      internal::DequantizeMlxRow(w, row, out);
+      return;
   }
+}
+
+bool UsesQuantizedActivations(DType type) {
+  return type != DType::kF32 && type != DType::kF16 && type != DType::kBF16;
 }
 
 void MatMul(const MatrixView& w, const float* x, int64_t n, float* y) {
@@ -102,6 +120,29 @@ void MatMul(const MatrixView& w, const float* x, int64_t n, float* y) {
     return;
   }
   std::vector<float> wrow(static_cast<size_t>(w.cols));
+  if (UsesQuantizedActivations(w.type)) {  // K-quants and MLX
+    std::vector<int8_t> q(static_cast<size_t>(n * w.cols));
+    std::vector<float> d(static_cast<size_t>(n * (w.cols / kQ8Block)));
+    for (int64_t i = 0; i < n; ++i) {
+      QuantizeActivations(x + i * w.cols, w.cols, q.data() + i * w.cols,
+                          d.data() + i * (w.cols / kQ8Block));
+    }
+    for (int64_t r = 0; r < w.rows; ++r) {
+      DequantizeRow(w, r, wrow.data());
+      for (int64_t i = 0; i < n; ++i) {
+        float sum = 0.0f;
+        for (int64_t b = 0; b < w.cols / kQ8Block; ++b) {
+          float block = 0.0f;
+          for (int64_t c = b * kQ8Block; c < (b + 1) * kQ8Block; ++c) {
+            block += wrow[static_cast<size_t>(c)] * q[static_cast<size_t>(i * w.cols + c)];
+          }
+          sum += d[static_cast<size_t>(i * (w.cols / kQ8Block) + b)] * block;
+        }
+        y[i * w.rows + r] = sum;
+      }
+    }
+    return;
+  }
   for (int64_t r = 0; r < w.rows; ++r) {
     DequantizeRow(w, r, wrow.data());
     for (int64_t i = 0; i < n; ++i) {

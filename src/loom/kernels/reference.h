@@ -21,9 +21,13 @@ void QuantizeActivations(const float* x, int64_t n, int8_t* q, float* d);
 // QuantizeActivations: sum over blocks of (d_w * d_x) * integer dot of the block.
 float DotQuantizedRow(const MatrixView& w, int64_t row, const int8_t* q, const float* d);
 
+// Whether the kernels multiply `type` with 8-bit quantized activations (every non-float type).
+bool UsesQuantizedActivations(DType type);
+
 // y(n, w.rows) = x(n, w.cols) . w^T.  Float types multiply in float with one running sum per
-// output; quantized types first quantize each row of x with QuantizeActivations.  Allocates
-// (reference).
+// output; quantized types first quantize each row of x with QuantizeActivations.  Q8_0/Q4_0 then
+// use DotQuantizedRow; K-quant and MLX rows are dequantized to float and each 32-value block's
+// float sum of w * q_x is scaled by its d_x.  Allocates (reference).
 void MatMul(const MatrixView& w, const float* x, int64_t n, float* y);
 
 // out(w.cols) = row `row` of w as floats.

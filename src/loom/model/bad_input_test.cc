@@ -111,14 +111,14 @@ TEST(BadInput, UnknownAndUnsupportedTensorTypes) {
   TestModelSpec spec;
   spec.skip_tensors = {"blk.0.ffn_down.weight"};
   spec.extra_tensors = [](GgufWriter& w) {
-    (void)w.AddTensorRaw("blk.0.ffn_down.weight", 12 /* q4_k */, {32, 256});
+    (void)w.AddTensorRaw("blk.0.ffn_down.weight", 10 /* q2_k */, {32, 256});
   };
   ExpectError(TestGguf(spec), StatusCode::kUnimplemented,
-              "unsupported tensor type q4_k in tensor 'blk.0.ffn_down.weight'");
+              "unsupported tensor type q2_k in tensor 'blk.0.ffn_down.weight'");
   spec.extra_tensors = [](GgufWriter& w) {
-    (void)w.AddTensorRaw("blk.0.ffn_down.weight", 14 /* q6_k */, {32, 256});
+    (void)w.AddTensorRaw("blk.0.ffn_down.weight", 11 /* q3_k */, {32, 256});
   };
-  ExpectError(TestGguf(spec), StatusCode::kUnimplemented, "unsupported tensor type q6_k");
+  ExpectError(TestGguf(spec), StatusCode::kUnimplemented, "unsupported tensor type q3_k");
 
   // A row that is not a whole number of blocks.
   bytes = TestGguf({});

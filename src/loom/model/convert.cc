@@ -41,17 +41,10 @@ struct Job {
 
 using Sink = std::function<Status(std::span<const std::byte>)>;
 
-// What --type accepts: the float and block types, and the K-quants once the kernels define them
-// (found at compile time, so this builds before and after they land).
-template <class D = DType>
-std::vector<D> WeightTypes() {
-  std::vector<D> out = {D::kF32, D::kF16, D::kBF16, D::kQ8_0, D::kQ4_0};
-  if constexpr (requires { D::kQ2_K; }) out.push_back(D::kQ2_K);
-  if constexpr (requires { D::kQ3_K; }) out.push_back(D::kQ3_K);
-  if constexpr (requires { D::kQ4_K; }) out.push_back(D::kQ4_K);
-  if constexpr (requires { D::kQ5_K; }) out.push_back(D::kQ5_K);
-  if constexpr (requires { D::kQ6_K; }) out.push_back(D::kQ6_K);
-  return out;
+// What --type accepts: the float and block types and the K-quants.
+std::vector<DType> WeightTypes() {
+  return {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0,
+          DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
 }
 
 bool IsFloat(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }

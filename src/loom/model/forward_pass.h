@@ -29,6 +29,9 @@ class ForwardPass {
   virtual int64_t context() const = 0;    // positions per sequence
   virtual int64_t max_batch() const = 0;  // tokens per Forward call
   virtual int64_t n_slots() const = 0;    // sequences held at once
+  // Called by long-lived drivers (a server) when they have had nothing to run for a while: a
+  // distributed model tells its other ranks it is still alive.  An error means the model is gone.
+  virtual Status KeepAlive() { return OkStatus(); }
 };
 
 }  // namespace loom::model

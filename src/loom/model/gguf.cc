@@ -20,8 +20,8 @@ constexpr GgmlTypeInfo kGgmlTypes[] = {
     {6, "q5_0", 32, 22, std::nullopt},      {7, "q5_1", 32, 24, std::nullopt},
     {8, "q8_0", 32, 34, DType::kQ8_0},      {9, "q8_1", 32, 36, std::nullopt},
     {10, "q2_k", 256, 84, std::nullopt},    {11, "q3_k", 256, 110, std::nullopt},
-    {12, "q4_k", 256, 144, std::nullopt},   {13, "q5_k", 256, 176, std::nullopt},
-    {14, "q6_k", 256, 210, std::nullopt},   {15, "q8_k", 256, 292, std::nullopt},
+    {12, "q4_k", 256, 144, DType::kQ4_K},   {13, "q5_k", 256, 176, DType::kQ5_K},
+    {14, "q6_k", 256, 210, DType::kQ6_K},   {15, "q8_k", 256, 292, std::nullopt},
     {16, "iq2_xxs", 256, 66, std::nullopt}, {17, "iq2_xs", 256, 74, std::nullopt},
     {18, "iq3_xxs", 256, 98, std::nullopt}, {19, "iq1_s", 256, 50, std::nullopt},
     {20, "iq4_nl", 32, 18, std::nullopt},   {21, "iq3_s", 256, 110, std::nullopt},
@@ -142,8 +142,15 @@ uint32_t GgmlTypeId(kernels::DType type) {
       return 8;
     case DType::kBF16:
       return 30;
+    case DType::kQ4_K:
+      return 12;
+    case DType::kQ5_K:
+      return 13;
+    case DType::kQ6_K:
+      return 14;
+    default:  // MLX types have no GGUF form
+      return 0;
   }
-  return 0;
 }
 
 bool GgufValue::is_integer() const {

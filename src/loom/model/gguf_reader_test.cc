@@ -160,7 +160,7 @@ TEST(GgufReader, TensorTableMatchesWhatWasDeclared) {
   EXPECT_EQ(f->tensors[1].offset, 64);
   EXPECT_EQ(f->tensors[2].size_bytes, 14);
   EXPECT_EQ(f->tensors[3].type->name, "q4_k");
-  EXPECT_FALSE(f->tensors[3].type->dtype.has_value());
+  EXPECT_EQ(f->tensors[3].type->dtype, DType::kQ4_K);
   EXPECT_EQ(f->tensors[3].size_bytes, 144);
   EXPECT_EQ(f->tensors[4].ne, (std::vector<int64_t>{2, 4, 3, 2}));
   EXPECT_EQ(f->tensors[4].elements, 48);
@@ -176,7 +176,8 @@ TEST(GgufReader, GgmlTypeTableKnowsTheSupportedTypes) {
   EXPECT_EQ(FindGgmlType(14)->name, "q6_k");
   EXPECT_EQ(FindGgmlType(4), nullptr);  // removed from ggml
   EXPECT_EQ(FindGgmlType(1000), nullptr);
-  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K,
+                  DType::kQ5_K, DType::kQ6_K}) {
     const GgmlTypeInfo* info = FindGgmlType(GgmlTypeId(t));
     ASSERT_NE(info, nullptr);
     EXPECT_EQ(info->dtype, t);

@@ -122,25 +122,22 @@ StatusOr<MlxQuantConfig> ParseMlxQuantization(const Json& q, const std::string& 
   return c;
 }
 
-// The kernels' MLX enumerators, found at compile time so that this file builds before and after
-// they exist (until then no MLX type can be made and MLX directories fail to open).
-template <class D = kernels::DType>
-constexpr std::optional<D> MlxEnum(int64_t bits) {
-  if constexpr (requires { D::kMlx2, D::kMlx3, D::kMlx4, D::kMlx5, D::kMlx6, D::kMlx8; }) {
-    switch (bits) {
-      case 2:
-        return D::kMlx2;
-      case 3:
-        return D::kMlx3;
-      case 4:
-        return D::kMlx4;
-      case 5:
-        return D::kMlx5;
-      case 6:
-        return D::kMlx6;
-      case 8:
-        return D::kMlx8;
-    }
+// The kernels' MLX type of a bit width.
+std::optional<kernels::DType> MlxEnum(int64_t bits) {
+  using D = kernels::DType;
+  switch (bits) {
+    case 2:
+      return D::kMlx2;
+    case 3:
+      return D::kMlx3;
+    case 4:
+      return D::kMlx4;
+    case 5:
+      return D::kMlx5;
+    case 6:
+      return D::kMlx6;
+    case 8:
+      return D::kMlx8;
   }
   return std::nullopt;
 }

@@ -179,25 +179,6 @@ std::string HexPrefix(std::span<const std::byte> bytes) {
   return s;
 }
 
-// MLX matrices: the per-group scales and biases.  Written against the view's fields found at
-// compile time, so this builds before the kernels add them (then no MLX tensor can exist).
-template <class View>
-void SetGroupScales(const TensorInfo& t, View* v) {
-  if constexpr (requires(View x) {
-                  x.scales;
-                  x.biases;
-                  x.scale_row_stride;
-                  x.scale_type;
-                  x.group_size;
-                }) {
-    v->scales = t.scales;
-    v->biases = t.biases;
-    v->scale_type = t.scale_type;
-    v->group_size = t.group_size;
-    v->scale_row_stride = v->cols / t.group_size * kernels::Traits(t.scale_type).block_bytes;
-  }
-}
-
 }  // namespace
 
 kernels::MatrixView TensorInfo::matrix() const {
@@ -208,7 +189,13 @@ kernels::MatrixView TensorInfo::matrix() const {
   v.data = data;
   const kernels::DTypeTraits& t = kernels::Traits(type);
   v.row_stride = v.cols / t.block_elems * t.block_bytes;
-  if (scales != nullptr && group_size > 0) SetGroupScales(*this, &v);
+  if (scales != nullptr && group_size > 0) {  // MLX: the per-group scales and biases
+    v.scales = scales;
+    v.biases = biases;
+    v.scale_type = scale_type;
+    v.group_size = group_size;
+    v.scale_row_stride = v.cols / group_size * kernels::Traits(scale_type).block_bytes;
+  }
   return v;
 }
 

@@ -37,8 +37,15 @@ uint32_t FileType(DType type) {
       return 7;
     case DType::kBF16:
       return 32;
+    case DType::kQ4_K:
+      return 14;  // Q4_K_S: every matrix Q4_K
+    case DType::kQ5_K:
+      return 16;  // Q5_K_S
+    case DType::kQ6_K:
+      return 18;
+    default:
+      return 0;
   }
-  return 0;
 }
 
 uint64_t SplitMix64(uint64_t& state) {
@@ -214,11 +221,12 @@ const SynthShape* FindSynthShape(std::string_view name) {
 StatusOr<DType> ParseDType(std::string_view text) {
   std::string lower(text);
   for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0,
+                  DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
     if (kernels::Traits(t).name == lower) return t;
   }
   return InvalidArgumentError("unknown weight type '", text,
-                              "' (expected f32, f16, bf16, q8_0 or q4_0)");
+                              "' (expected f32, f16, bf16, q8_0, q4_0, q4_k, q5_k or q6_k)");
 }
 
 Status WriteSynthModel(const std::string& path, const SynthOptions& options) {

@@ -43,7 +43,9 @@ TEST(Synth, ParsesWeightTypes) {
   EXPECT_EQ(ParseDType("bf16").value(), DType::kBF16);
   EXPECT_EQ(ParseDType("f16").value(), DType::kF16);
   EXPECT_EQ(ParseDType("F32").value(), DType::kF32);
-  EXPECT_EQ(ParseDType("q4_k").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseDType("q4_k").value(), DType::kQ4_K);
+  EXPECT_EQ(ParseDType("q6_k").value(), DType::kQ6_K);
+  EXPECT_EQ(ParseDType("q2_k").status().code(), StatusCode::kInvalidArgument);
 }
 
 void CheckVocab(int64_t size) {

@@ -72,6 +72,7 @@ class PodModel : public model::ForwardPass {
   Status Shutdown();
   // Sends an empty step so idle followers do not hit their receive deadline.
   Status Ping();
+  Status KeepAlive() override { return Ping(); }
 
   const model::HParams& hparams() const override { return pod_.local->hparams(); }
   int64_t context() const override { return pod_.local->context(); }

@@ -1,0 +1,79 @@
+// Scalar helpers for the K-quant and MLX layouts of dtype.h, shared by the reference, the
+// quantizers and the SIMD kernels.  Not for use outside the kernels layer.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "loom/base/half.h"
+#include "loom/kernels/matrix.h"
+
+namespace loom::kernels::internal {
+
+inline uint16_t LoadU16(const std::byte* p) {
+  uint16_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+inline float LoadF16(const std::byte* p) { return base::F16ToF32(LoadU16(p)); }
+
+// Byte offsets inside the K-quant super-blocks (dtype.h).
+inline constexpr int64_t kQK = 256;         // values per super-block
+inline constexpr int64_t kQ4KScales = 4;    // after f16 d, f16 dmin
+inline constexpr int64_t kQ4KQs = 16;       // Q4_K quants
+inline constexpr int64_t kQ5KQh = 16;       // Q5_K high bits
+inline constexpr int64_t kQ5KQs = 48;       // Q5_K low nibbles
+inline constexpr int64_t kQ6KQh = 128;      // Q6_K high 2 bits (ql at 0)
+inline constexpr int64_t kQ6KScales = 192;  // int8[16]
+inline constexpr int64_t kQ6KD = 208;       // f16 d
+
+// Q4_K/Q5_K: the 6-bit scale and min of 32-value sub-block j (0..7) from the 12 packed bytes
+// (j < 4: low 6 bits of bytes j and j + 4; j >= 4: nibbles of byte j + 4, the top 2 bits from
+// bytes j - 4 and j).
+inline void KScaleMin(int j, const std::byte* s, int* sc, int* m) {
+  const auto b = [s](int i) { return static_cast<int>(s[i]); };
+  if (j < 4) {
+    *sc = b(j) & 63;
+    *m = b(j + 4) & 63;
+  } else {
+    *sc = (b(j + 4) & 0x0F) | ((b(j - 4) >> 6) << 4);
+    *m = (b(j + 4) >> 4) | ((b(j) >> 6) << 4);
+  }
+}
+
+// A float stored as kF32, kF16 or kBF16 (MLX scales and biases).
+inline float LoadScalar(DType type, const std::byte* p) {
+  switch (type) {
+    case DType::kF16:
+      return base::F16ToF32(LoadU16(p));
+    case DType::kBF16:
+      return base::Bf16ToF32(LoadU16(p));
+    default: {
+      float f;
+      std::memcpy(&f, p, sizeof(f));
+      return f;
+    }
+  }
+}
+
+// Value k of an MLX row packed at `bits` bits per value, LSB first (bits <= 8).  Reads only the
+// bytes that hold the value.
+inline uint32_t MlxUnpack(const std::byte* row, int bits, int64_t k) {
+  const int64_t bit = k * bits;
+  const int64_t byte = bit / 8;
+  const int shift = static_cast<int>(bit % 8);
+  uint32_t v = static_cast<uint32_t>(row[byte]) >> shift;
+  if (shift + bits > 8) v |= static_cast<uint32_t>(row[byte + 1]) << (8 - shift);
+  return v & ((1u << bits) - 1u);
+}
+
+// reference: row `row` of a K-quant or MLX matrix as floats (kquant_reference.cc).
+void DequantizeKQuantRow(DType type, const std::byte* row, int64_t cols, float* out);
+void DequantizeMlxRow(const MatrixView& w, int64_t row, float* out);
+
+// QuantizeRow for the K-quants (quantize_k.cc).
+void QuantizeKQuantRow(DType type, const float* x, int64_t n, std::byte* out);
+
+}  // namespace loom::kernels::internal

@@ -1,0 +1,32 @@
+// q6_k weight matrix products: one translation unit per weight type (compiled once per SIMD
+// target).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "loom/kernels/matmul_q6_k.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+
+#include "hwy/highway.h"
+#include "loom/kernels/kernels_internal.h"
+#include "loom/kernels/matmul_kquant-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace loom::kernels::HWY_NAMESPACE {
+
+void MatMulRowsQ6_K(const MatrixView& w, int64_t row_begin, int64_t row_end, const std::byte* xa,
+                    int64_t n, float* y, int64_t y_stride) {
+  KQuantRows<DType::kQ6_K>(w, row_begin, row_end, xa, n, y, y_stride);
+}
+
+}  // namespace loom::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace loom::kernels {
+HWY_EXPORT(MatMulRowsQ6_K);
+
+void internal::MatMulRowsQ6_K(const MatrixView& w, int64_t row_begin, int64_t row_end,
+                              const std::byte* xa, int64_t n, float* y, int64_t y_stride) {
+  HWY_DYNAMIC_DISPATCH(MatMulRowsQ6_K)(w, row_begin, row_end, xa, n, y, y_stride);
+}
+
+}  // namespace loom::kernels
+#endif  // HWY_ONCE
