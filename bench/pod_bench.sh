@@ -24,7 +24,12 @@ run_json() {  # FLAGS... -> one JSON line
   "$loom" run -m "$model" -p "Once upon a time" -n "$gen" --temp 0 --json "$@" 2>/dev/null
 }
 
+# The loopback link's own latency (a one-shot 8 KiB all-reduce over tcp, 2 ranks): what `loom plan`
+# must add to an emulated delay to describe the link the pods really run on.
+base_us=$("$loom" launch -n 2 --backend tcp -- "$loom" comm-bench --ops allreduce --min-bytes 8K \
+  --max-bytes 8K --seconds 1 --json 2>/dev/null | jq -s '.[0].median_us')
 echo "# pod_bench: $model, $repeats alternating runs, $gen generated tokens"
+echo "# loopback tcp all-reduce (8 KiB, 2 ranks): ${base_us} us, added to each emulated delay for the plan"
 echo "# cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 declare -A gen_tps
 configs=("one process, 2 threads|--threads 2" "one process, 1 thread|--threads 1"
@@ -52,8 +57,9 @@ for delay in $delays; do
   done
   base=${gen_tps["$delay|one process, 2 threads"]}
   echo "TP=2 / one process (2 threads): $(awk -v a="${gen_tps["$delay|TP=2, 1 thread/rank"]}" -v b="$base" 'BEGIN{printf "%.2f", a/b}')"
-  echo "plan predictions (2 ranks on this host, ${delay} us):"
-  "$loom" plan -m "$model" --ranks 2 --ranks-per-host 2 --link-latency-us "$delay" \
+  link_us=$(awk -v a="$delay" -v b="$base_us" 'BEGIN{print a+b}')
+  echo "plan predictions (2 ranks on this host, ${link_us} us):"
+  "$loom" plan -m "$model" --ranks 2 --ranks-per-host 2 --link-latency-us "$link_us" \
     --link-gbps 40 --json 2>/dev/null |
     jq -r '.plans[] | select(.feasible) | "  tp\(.tp) pp\(.pp): generation \(.decode_tokens_per_s*10|round/10) tok/s, prompt \(.prompt_tokens_per_s|round) tok/s"'
 done

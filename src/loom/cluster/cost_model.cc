@@ -6,6 +6,7 @@
 #include "loom/base/clock.h"
 #include "loom/base/thread_pool.h"
 #include "loom/kernels/matmul.h"
+#include "loom/model/transformer.h"
 
 namespace loom::cluster {
 
@@ -124,56 +125,88 @@ const Prediction* PickBest(const std::vector<Prediction>& predictions) {
 }
 
 StatusOr<RankFacts> Calibrate(const model::ModelFile& file, int ranks_on_host) {
-  // The layers' matrices, in the order decode reads them, up to a volume well past the caches.
-  std::vector<kernels::MatrixView> mats;
-  int64_t volume = 0, max_cols = 0, max_rows = 0;
-  for (int64_t l = 0; l < file.hparams.n_layers && volume < (int64_t{256} << 20); ++l) {
+  // The layers decode reads, up to a volume well past the caches, and their weight bytes.
+  const model::HParams& hp = file.hparams;
+  int64_t layers = 0, volume = 0;
+  while (layers < hp.n_layers && volume < (int64_t{256} << 20)) {
     for (const char* part :
          {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"}) {
-      auto it = file.tensors.find("blk." + std::to_string(l) + "." + part + ".weight");
-      if (it == file.tensors.end()) continue;
-      mats.push_back(it->second.matrix());
-      volume += it->second.size_bytes;
-      max_cols = std::max(max_cols, mats.back().cols);
-      max_rows = std::max(max_rows, mats.back().rows);
+      volume += TensorBytes(file, ("blk." + std::to_string(layers) + "." + part + ".weight").c_str());
     }
+    ++layers;
   }
-  if (mats.empty()) return NotFoundError(file.path, ": no layer matrices to calibrate with");
+  if (volume == 0) return NotFoundError(file.path, ": no layer matrices to calibrate with");
+  model::ShardSpec shard;
+  shard.layer_end = layers;
+  shard.head = false;
+  LOOM_ASSIGN_OR_RETURN(const model::TransformerWeights weights, model::BindWeights(file, shard));
 
-  constexpr int64_t kBatch = 64;
-  auto decode_rate = [&](int copies) {
+  // Decode as it runs: those layers of the real forward pass (attention, norms and all), one token
+  // per step, one thread, `copies` of them at once.
+  auto decode_rate = [&](int copies) -> StatusOr<double> {
     std::vector<double> rates(static_cast<size_t>(copies));
+    std::vector<Status> errors(static_cast<size_t>(copies));
     std::vector<std::thread> threads;
     for (int c = 0; c < copies; ++c) {
       threads.emplace_back([&, c] {
         base::ThreadPool pool(1);
-        kernels::Workspace ws;
-        std::vector<float> x(static_cast<size_t>(max_cols), 0.5f), y(static_cast<size_t>(max_rows));
-        int64_t bytes = 0;
-        base::Stopwatch watch;
-        for (int pass = 0; watch.Seconds() < 0.3 || pass < 2; ++pass) {
-          for (size_t i = 0; i < mats.size(); ++i) {
-            const kernels::MatrixView& m =
-                mats[(i + static_cast<size_t>(c) * mats.size() / copies) % mats.size()];
-            kernels::MatMul(m, x.data(), 1, y.data(), ws, pool);
-            bytes += m.rows * m.row_stride;
-          }
+        model::TransformerOptions options;
+        options.context = 64;
+        options.max_batch = 1;
+        auto t = model::Transformer::Create(weights, options, pool);
+        if (!t.ok()) {
+          errors[static_cast<size_t>(c)] = t.status();
+          return;
         }
-        rates[static_cast<size_t>(c)] = static_cast<double>(bytes) / watch.Seconds();
+        const int32_t token = 1, slot = 0;
+        auto step = [&](int32_t pos) {
+          const model::Batch batch{{&token, 1}, {&pos, 1}, {&slot, 1}, {}};
+          Status st = (*t)->Embed(batch.tokens);
+          return st.ok() ? (*t)->Layers(batch) : st;
+        };
+        // One untimed step maps the file's pages (page faults are load time, not decode time).
+        errors[static_cast<size_t>(c)] = step(0);
+        int32_t steps = 0;
+        base::Stopwatch watch;
+        while (errors[static_cast<size_t>(c)].ok() && (watch.Seconds() < 0.15 || steps < 2)) {
+          errors[static_cast<size_t>(c)] = step(1 + steps % 62);
+          ++steps;
+        }
+        rates[static_cast<size_t>(c)] = static_cast<double>(volume) * steps / watch.Seconds();
       });
     }
     for (auto& t : threads) t.join();
+    for (const Status& e : errors) LOOM_RETURN_IF_ERROR(e);
     double sum = 0;
     for (double r : rates) sum += r;
     return sum / copies;
   };
+  // Memory bandwidth drifts over seconds on shared machines: alternate the two measurements and
+  // take the medians.
+  constexpr int kRounds = 5;
+  std::vector<double> alone, shared;
+  for (int round = 0; round < kRounds; ++round) {
+    LOOM_ASSIGN_OR_RETURN(const double a, decode_rate(1));
+    alone.push_back(a);
+    if (ranks_on_host > 1) {
+      LOOM_ASSIGN_OR_RETURN(const double b, decode_rate(ranks_on_host));
+      shared.push_back(b);
+    }
+  }
+  auto median = [](std::vector<double>& v) {
+    if (v.empty()) return 0.0;
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+    return v[v.size() / 2];
+  };
   RankFacts facts;
-  facts.decode_bytes_per_s = decode_rate(1);
-  facts.decode_bytes_per_s_shared = ranks_on_host > 1 ? decode_rate(ranks_on_host) : 0;
+  facts.decode_bytes_per_s = median(alone);
+  facts.decode_bytes_per_s_shared = median(shared);
   {
+    // Prompts: a batched product with one of the layer matrices.
+    constexpr int64_t kBatch = 64;
     base::ThreadPool pool(1);
     kernels::Workspace ws;
-    const kernels::MatrixView& m = mats.back();
+    const kernels::MatrixView& m = weights.layers.front().w_down;
     std::vector<float> x(static_cast<size_t>(kBatch * m.cols), 0.5f),
         y(static_cast<size_t>(kBatch * m.rows));
     int64_t flops = 0;

@@ -64,15 +64,42 @@ StatusOr<kernels::MatrixView> BindRows(const ModelFile& file, const std::string&
   return m.RowRange(begin, count);
 }
 
+namespace {
+
+// Copies `bytes` bytes of each of `rows` rows, `stride` apart from `src`, back to back into a new
+// buffer owned by `weights`.
+const std::byte* PackRows(const std::byte* src, int64_t rows, int64_t bytes, int64_t stride,
+                          TransformerWeights* weights) {
+  base::AlignedBuffer<std::byte>& dst = weights->owned_bytes.emplace_back(rows * bytes);
+  for (int64_t r = 0; r < rows; ++r) {
+    std::memcpy(dst.data() + r * bytes, src + r * stride, static_cast<size_t>(bytes));
+  }
+  return dst.data();
+}
+
+}  // namespace
+
 StatusOr<kernels::MatrixView> BindCols(const ModelFile& file, const std::string& name, int64_t rows,
-                                       int64_t cols, int64_t begin, int64_t count) {
+                                       int64_t cols, int64_t begin, int64_t count,
+                                       TransformerWeights* weights) {
   LOOM_ASSIGN_OR_RETURN(kernels::MatrixView m, BindMatrix(file, name, rows, cols));
   if (!m.ColRangeOk(begin, count)) {
     return InvalidArgumentError(file.path, ": shard columns [", begin, ", ", begin + count,
                                 ") of '", name, "' cut its ", kernels::Traits(m.type).name,
                                 " blocks of ", kernels::Traits(m.type).block_elems, " values");
   }
-  return m.ColRange(begin, count);
+  kernels::MatrixView v = m.ColRange(begin, count);
+  if (count == cols) return v;
+  LOOM_ASSIGN_OR_RETURN(const int64_t row_bytes, kernels::RowBytes(v.type, count));
+  v.data = PackRows(v.data, v.rows, row_bytes, v.row_stride, weights);
+  v.row_stride = row_bytes;
+  if (v.scales != nullptr) {  // MLX: the groups' scales and biases
+    const int64_t scale_bytes = count / v.group_size * kernels::Traits(v.scale_type).block_bytes;
+    v.scales = PackRows(v.scales, v.rows, scale_bytes, v.scale_row_stride, weights);
+    v.biases = PackRows(v.biases, v.rows, scale_bytes, v.scale_row_stride, weights);
+    v.scale_row_stride = scale_bytes;
+  }
+  return v;
 }
 
 StatusOr<const float*> BindVectorSlice(const ModelFile& file, const std::string& name, int64_t n,
@@ -111,14 +138,14 @@ Status BindLlamaTensors(const ModelFile& file, TransformerWeights* w) {
     LOOM_ASSIGN_OR_RETURN(L.wv,
                           BindRows(file, p + "attn_v.weight", kv_dim, hp.dim, kv0, d.kv_dim()));
     LOOM_ASSIGN_OR_RETURN(L.wo,
-                          BindCols(file, p + "attn_output.weight", hp.dim, q_dim, q0, d.q_dim()));
+                          BindCols(file, p + "attn_output.weight", hp.dim, q_dim, q0, d.q_dim(), w));
     LOOM_ASSIGN_OR_RETURN(L.ffn_norm, BindVector(file, p + "ffn_norm.weight", hp.dim, w));
     LOOM_ASSIGN_OR_RETURN(L.w_gate, BindRows(file, p + "ffn_gate.weight", hp.ffn_dim, hp.dim,
                                              d.ffn_begin, d.ffn_dim));
     LOOM_ASSIGN_OR_RETURN(
         L.w_up, BindRows(file, p + "ffn_up.weight", hp.ffn_dim, hp.dim, d.ffn_begin, d.ffn_dim));
     LOOM_ASSIGN_OR_RETURN(L.w_down, BindCols(file, p + "ffn_down.weight", hp.dim, hp.ffn_dim,
-                                             d.ffn_begin, d.ffn_dim));
+                                             d.ffn_begin, d.ffn_dim, w));
   }
   return OkStatus();
 }

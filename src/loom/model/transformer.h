@@ -85,6 +85,7 @@ struct TransformerWeights {
   const float* output_norm = nullptr;  // (dim)
   kernels::MatrixView output;          // (vocab, dim); the embedding when tied
   std::vector<std::unique_ptr<float[]>> owned;  // storage behind converted vectors
+  std::vector<base::AlignedBuffer<std::byte>> owned_bytes;  // packed column slices (BindCols)
 };
 
 // Binds the tensors of a model whose architecture is registered (see arch.h), for the whole model
