@@ -21,17 +21,17 @@ int64_t TensorBytes(const model::ModelFile& file, const char* name) {
   return it == file.tensors.end() ? 0 : it->second.size_bytes;
 }
 
-// Weight bytes a rank reads per decode step: everything it holds, except the embedding table (one
-// row per token) and, on tensor-parallel ranks other than the first, the output head (only the
-// first computes logits).
+// Weight bytes a rank reads per decode step: everything it holds (its slice of the output head
+// included), except the embedding table, of which a token reads one row; a tied head reads its
+// vocabulary slice of the table.
 double DecodeReadBytes(const model::ModelFile& file, const parallel::RankPlan& r) {
   const model::HParams& hp = file.hparams;
   double bytes = static_cast<double>(r.weight_bytes);
   const double embd = static_cast<double>(TensorBytes(file, "token_embd.weight"));
-  const double head =
-      hp.tied_embeddings ? embd : static_cast<double>(TensorBytes(file, "output.weight"));
-  if (r.shard.embed && !(r.shard.head && hp.tied_embeddings)) bytes -= embd;
-  if (r.shard.head && r.tp_rank != 0) bytes -= head;
+  if (r.shard.embed || (r.shard.head && hp.tied_embeddings)) bytes -= embd;
+  if (r.shard.head && hp.tied_embeddings) {
+    bytes += embd * static_cast<double>(r.shard.vocab_count) / static_cast<double>(hp.vocab_size);
+  }
   return std::max(0.0, bytes);
 }
 
@@ -91,7 +91,10 @@ Prediction Predict(const model::ModelFile& file, const CostInputs& in, int tp, i
     prompt_slowest = std::max(prompt_slowest, stage);
   }
   const double logits_back = pp > 1 ? Transfer(in.link, static_cast<double>(hp.vocab_size) * 4) : 0;
-  decode_link += (pp - 1) * Transfer(in.link, hidden + 256) + logits_back;
+  // The head's vocabulary slices gathered on the last stage's first rank.
+  const double gather =
+      tp > 1 ? Transfer(in.link, static_cast<double>(hp.vocab_size) * 4 / tp) : 0.0;
+  decode_link += (pp - 1) * Transfer(in.link, hidden + 256) + logits_back + gather;
   p.decode_compute_s = decode_compute;
   p.decode_link_s = decode_link;
   p.decode_tokens_per_s = 1.0 / (decode_compute + decode_link);

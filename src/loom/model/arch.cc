@@ -125,6 +125,7 @@ Status BindLlamaTensors(const ModelFile& file, TransformerWeights* w) {
     } else {
       LOOM_ASSIGN_OR_RETURN(w->output, BindMatrix(file, "output.weight", hp.vocab_size, hp.dim));
     }
+    w->output = w->output.RowRange(d.vocab_begin, d.vocab_count);  // rows: in place
   }
   w->layers.resize(static_cast<size_t>(d.n_layers()));
   for (int64_t l = d.layer_begin; l < d.layer_end; ++l) {

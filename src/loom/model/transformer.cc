@@ -24,6 +24,13 @@ StatusOr<LocalDims> ResolveShard(const ModelFile& file, const ShardSpec& s) {
   d.ffn_dim = s.ffn_dim < 0 ? hp.ffn_dim - s.ffn_begin : s.ffn_dim;
   d.embed = s.embed;
   d.head = s.head;
+  d.vocab_begin = s.vocab_begin;
+  d.vocab_count = s.vocab_count < 0 ? hp.vocab_size - s.vocab_begin : s.vocab_count;
+  if (d.vocab_begin < 0 || d.vocab_count <= 0 || d.vocab_begin + d.vocab_count > hp.vocab_size) {
+    return InvalidArgumentError(file.path, ": shard vocabulary rows [", d.vocab_begin, ", ",
+                                d.vocab_begin + d.vocab_count, ") outside the model's ",
+                                hp.vocab_size);
+  }
   if (d.layer_begin < 0 || d.layer_begin > d.layer_end || d.layer_end > hp.n_layers) {
     return InvalidArgumentError(file.path, ": shard layers [", d.layer_begin, ", ", d.layer_end,
                                 ") outside the model's ", hp.n_layers, " layers");

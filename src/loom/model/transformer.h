@@ -38,6 +38,8 @@ struct ShardSpec {
   int64_t ffn_dim = -1;    // -1: all feed-forward columns
   bool embed = true;       // holds the token embedding (first stage)
   bool head = true;        // holds the final norm and output head (last stage)
+  int64_t vocab_begin = 0;  // with head: the output head's rows (vocabulary entries) held
+  int64_t vocab_count = -1;  // -1: all of them
 };
 
 // Sizes of the shard as the forward pass sees them.
@@ -53,6 +55,8 @@ struct LocalDims {
   int64_t ffn_dim = 0;        // feed-forward columns held
   bool embed = true;
   bool head = true;
+  int64_t vocab_begin = 0;  // output head rows held (Logits computes these vocabulary entries)
+  int64_t vocab_count = 0;
   int64_t q_dim() const { return n_heads * head_dim; }
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
   int64_t n_layers() const { return layer_end - layer_begin; }
@@ -128,6 +132,7 @@ class Transformer : public ForwardPass {
   // shard's layers; Embed and Logits need a shard with the embedding / the output head.
   Status Embed(std::span<const int32_t> tokens);
   Status Layers(const Batch& batch);
+  // Logits writes (rows.size(), local().vocab_count): the shard's slice of the vocabulary.
   Status Logits(std::span<const int32_t> rows, float* logits);
   float* hidden_state() { return x_.data(); }  // (max_batch, dim)
 

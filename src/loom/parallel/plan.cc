@@ -55,8 +55,13 @@ int64_t ShardWeightBytes(const model::ModelFile& file, const model::ShardSpec& s
     const int64_t layer = LayerOf(name);
     if (layer < 0) {
       const bool embed = name == "token_embd.weight";
-      if ((embed && (s.embed || (s.head && hp.tied_embeddings))) || (!embed && s.head)) {
-        bytes += size;
+      const double vocab_frac =
+          s.vocab_count < 0 ? 1.0
+                            : static_cast<double>(s.vocab_count) / static_cast<double>(hp.vocab_size);
+      if (embed && (s.embed || (s.head && hp.tied_embeddings))) {
+        bytes += size;  // the embedding table is read a row per token, but held whole
+      } else if (!embed && s.head) {
+        bytes += name == "output.weight" ? size * vocab_frac : size;
       }
       continue;
     }
@@ -184,6 +189,10 @@ StatusOr<ParallelPlan> MakePlan(const model::ModelFile& file, const PlanRequest&
       r.shard.ffn_dim = (per + (t < extra ? 1 : 0)) * ffn_block;
       r.shard.embed = stage == 0;
       r.shard.head = stage == req.pp - 1;
+      // The output head by vocabulary rows, as evenly as possible (the first ranks take one more).
+      const int64_t vocab_per = hp.vocab_size / req.tp, vocab_extra = hp.vocab_size % req.tp;
+      r.shard.vocab_begin = t * vocab_per + std::min<int64_t>(t, vocab_extra);
+      r.shard.vocab_count = vocab_per + (t < vocab_extra ? 1 : 0);
       r.weight_bytes = ShardWeightBytes(file, r.shard);
       const int64_t group = hp.n_heads / hp.n_kv_heads;
       const int64_t kv_heads = (r.shard.head_begin + heads - 1) / group + 1 - r.shard.head_begin / group;

@@ -72,6 +72,12 @@ TEST(PlanTest, TensorParallelSplitsHeadsAndWholeBlocksOfColumns) {
   EXPECT_EQ(plan->rank(1).shard.ffn_begin, 64);
   EXPECT_EQ(plan->rank(1).shard.ffn_dim, 32);
   EXPECT_EQ(plan->rank(1).shard.head_begin, 4);
+  // The output head by vocabulary rows: the ranks' slices cover it exactly once.
+  EXPECT_EQ(plan->rank(0).shard.vocab_begin, 0);
+  EXPECT_EQ(plan->rank(1).shard.vocab_begin, plan->rank(0).shard.vocab_count);
+  EXPECT_EQ(plan->rank(0).shard.vocab_count + plan->rank(1).shard.vocab_count,
+            file->hparams.vocab_size);
+  EXPECT_LE(plan->rank(0).shard.vocab_count - plan->rank(1).shard.vocab_count, 1);
   // Four ranks cannot share three blocks; three ranks do not divide eight heads.
   EXPECT_EQ(MakePlan(*file, Req(4, 1)).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(MakePlan(*file, Req(3, 1)).status().code(), StatusCode::kInvalidArgument);
@@ -97,12 +103,11 @@ TEST(PlanTest, ShardBytesAddUpToTheModel) {
   ASSERT_TRUE(plan.ok());
   int64_t sum = 0;
   for (const RankPlan& r : plan->ranks) sum += r.weight_bytes;
-  // Each stage's two tensor-parallel ranks both hold the norms, and stage 0's the embedding and
-  // the last stage's the output head; everything else is split between them.
+  // Each stage's two tensor-parallel ranks both hold the norms, and stage 0's the embedding;
+  // everything else (the last stage's output head by vocabulary rows) is split between them.
   int64_t replicated = 0;
   for (const auto& [name, t] : file->tensors) {
-    if (name.find("norm") != std::string::npos || name == "token_embd.weight" ||
-        name == "output.weight") {
+    if (name.find("norm") != std::string::npos || name == "token_embd.weight") {
       replicated += t.size_bytes;
     }
   }

@@ -29,8 +29,16 @@ StatusOr<std::unique_ptr<comm::Group>> MakeTensorParallelGroup(comm::Group& worl
 PodRunner::PodRunner(const PodRank& pod) : pod_(pod), me_(pod.plan->rank(pod.world->rank())) {
   const int64_t max_batch = pod_.local->max_batch();
   wire_.reserve(static_cast<size_t>(std::max(StepBytes(max_batch, max_batch), kInlineBytes)));
-  if (me_.stage == pod_.plan->pp - 1 && me_.tp_rank == 0 && !driver()) {
+  const ParallelPlan& plan = *pod_.plan;
+  if (me_.stage == plan.pp - 1 && me_.tp_rank == 0 && !driver()) {
     logits_ = base::AlignedBuffer<float>(max_batch * pod_.local->hparams().vocab_size);
+  }
+  if (me_.stage == plan.pp - 1 && plan.tp > 1) {
+    int64_t widest = 0;  // the largest vocabulary slice of the stage
+    for (int t = 0; t < plan.tp; ++t) {
+      widest = std::max(widest, plan.rank((plan.pp - 1) * plan.tp + t).shard.vocab_count);
+    }
+    part_logits_ = base::AlignedBuffer<float>(max_batch * widest);
   }
   if (pod_.tp_group != nullptr) {
     collective_ = std::make_unique<TpCollective>(*pod_.tp_group);
@@ -63,6 +71,33 @@ Status PodRunner::ReceiveStep(Step* step) {
   const model::HParams& hp = pod_.local->hparams();
   return DecodeStep(wire_, next_seq_, max_batch, hp.vocab_size, pod_.local->context(),
                     pod_.local->n_slots(), step);
+}
+
+// The output head is split by vocabulary rows over the last stage's tensor-parallel ranks (each
+// reads only its share of the largest matrix); their slices are gathered on the stage's first
+// rank into out(rows, vocab).
+Status PodRunner::LastStageLogits(const Step& step, float* out) {
+  const ParallelPlan& plan = *pod_.plan;
+  const int64_t rows = static_cast<int64_t>(step.logit_rows.size());
+  const int64_t vocab = pod_.local->hparams().vocab_size;
+  const int first = (plan.pp - 1) * plan.tp;  // the stage's tensor-parallel rank 0
+  if (plan.tp == 1) return pod_.local->Logits(step.logit_rows, out);
+  // (rows, this rank's slice) into the part buffer, then into place.
+  float* part = part_logits_.data();
+  LOOM_RETURN_IF_ERROR(pod_.local->Logits(step.logit_rows, part));
+  if (me_.tp_rank != 0) {
+    return pod_.world->Send(part, rows * pod_.local->local().vocab_count * 4, first);
+  }
+  for (int t = 0; t < plan.tp; ++t) {
+    const model::ShardSpec& s = plan.rank(first + t).shard;
+    const int64_t count = s.vocab_count;
+    if (t != 0) LOOM_RETURN_IF_ERROR(pod_.world->Recv(part, rows * count * 4, first + t));
+    for (int64_t j = 0; j < rows; ++j) {
+      std::memcpy(out + j * vocab + s.vocab_begin, part + j * count,
+                  static_cast<size_t>(count) * sizeof(float));
+    }
+  }
+  return OkStatus();
 }
 
 Status PodRunner::RunStep(Step* step, float* logits) {
@@ -110,10 +145,11 @@ Status PodRunner::RunStep(Step* step, float* logits) {
   if (!last_stage) {
     LOOM_RETURN_IF_ERROR(forward_step());
     LOOM_RETURN_IF_ERROR(pod_.world->Send(pod_.local->hidden_state(), n * dim * 4, next));
-  } else if (me_.tp_rank == 0 && rows > 0) {
-    float* out = driver() ? logits : logits_.data();
-    LOOM_RETURN_IF_ERROR(pod_.local->Logits(step->logit_rows, out));
-    if (!driver()) LOOM_RETURN_IF_ERROR(pod_.world->Send(out, rows * vocab_bytes, 0));
+  } else if (rows > 0) {
+    LOOM_RETURN_IF_ERROR(LastStageLogits(*step, driver() ? logits : logits_.data()));
+    if (me_.tp_rank == 0 && !driver()) {
+      LOOM_RETURN_IF_ERROR(pod_.world->Send(logits_.data(), rows * vocab_bytes, 0));
+    }
   }
   if (driver() && rows > 0 && !last_stage) {
     LOOM_RETURN_IF_ERROR(pod_.world->Recv(logits, rows * vocab_bytes, (plan.pp - 1) * plan.tp));

@@ -50,13 +50,15 @@ class PodRunner {
 
  private:
   Status Exchange(const std::vector<std::byte>& buffer, int peer, bool send);
+  Status LastStageLogits(const Step& step, float* out);
   bool driver() const { return pod_.world->rank() == 0; }
 
   PodRank pod_;
   const RankPlan& me_;
   uint32_t next_seq_ = 0;
   std::vector<std::byte> wire_;            // an encoded step (at least kInlineBytes)
-  base::AlignedBuffer<float> logits_;      // (max_batch, vocab) on the last stage's first rank
+  base::AlignedBuffer<float> logits_;       // (max_batch, vocab) on the last stage's first rank
+  base::AlignedBuffer<float> part_logits_;  // (max_batch, vocab slice) on the last stage
   class TpCollective;
   std::unique_ptr<model::Collective> collective_;
 };
