@@ -36,6 +36,7 @@ Status ValidateStepHeader(const StepHeader& h, uint32_t expected_seq, int64_t ma
     return DataLossError("pod step: version ", h.version, ", this build speaks ", kStepVersion);
   }
   if (h.op < 1 || h.op > 3) return DataLossError("pod step: unknown op ", h.op);
+  if (h.reserved != 0) return DataLossError("pod step: reserved field is ", h.reserved, ", not 0");
   if (h.seq != expected_seq) {
     return DataLossError("pod step: sequence number ", h.seq, ", expected ", expected_seq);
   }
