@@ -12,6 +12,12 @@ packages=(
   chromium
 )
 
+# Node.js runs the black-box serve tests and the tokenizer reference vectors; Debian's nodejs and
+# npm unless a Node.js is already installed (another source's nodejs would conflict with npm).
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  packages+=(nodejs npm)
+fi
+
 missing=()
 for p in "${packages[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
