@@ -11,25 +11,13 @@
 #include <fstream>
 #include <sstream>
 
+#include "loom/base/fd.h"
+
 namespace loom::base {
 
 namespace {
 std::string ErrnoText() { return std::strerror(errno); }
 
-// Closes a file descriptor on scope exit.
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
 }  // namespace
 
 StatusOr<MappedFile> MappedFile::Open(const std::string& path) {

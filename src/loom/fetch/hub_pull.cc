@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "loom/base/fd.h"
 #include "loom/base/mapped_file.h"
 #include "loom/fetch/content_hash.h"
 #include "loom/fetch/hub_api.h"
@@ -49,31 +50,7 @@ std::string Unquote(std::string s) {
   return s;
 }
 
-// Closes a file descriptor on scope exit.
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-  Fd& operator=(Fd&& o) noexcept {
-    if (this != &o) {
-      Close();
-      fd_ = std::exchange(o.fd_, -1);
-    }
-    return *this;
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() { Close(); }
-  int get() const { return fd_; }
-  void Close() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  int fd_ = -1;
-};
+using base::Fd;
 
 // An error for an HTTP answer that is not what was asked for.  `what` names the repository (and
 // file); the text says what to do about tokens where that is the likely cause.
@@ -342,7 +319,7 @@ StatusOr<bool> FetchBlob(HttpClient& client, const PullOptions& o, const std::st
   const std::string digest = hash.HexDigest();
   if (digest != f.hash()) {
     progress.End(false);
-    fd.Close();
+    fd.Reset();
     ::unlink(part.c_str());
     return DataLossError(o.repo_id, ": ", f.path, ": ", HashKindName(f.hash_kind()),
                          " mismatch: the hub reported ", f.hash(),

@@ -55,7 +55,7 @@ std::string Engine::PeerName(int peer, int channel) const {
 }
 
 void Engine::CloseAll() {
-  for (Connection& c : conns_) c.fd.ShutdownAndClose();
+  for (Connection& c : conns_) ShutdownAndClose(c.fd);
 }
 
 Status Engine::Fill(Connection& c, int peer, int channel, bool* got) {

@@ -47,14 +47,9 @@ int PollTimeoutMs(int64_t deadline_ns) {
 
 std::string ErrnoText(int err) { return std::strerror(err); }
 
-void Fd::Reset() {
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = -1;
-}
-
-void Fd::ShutdownAndClose() {
-  if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
-  Reset();
+void ShutdownAndClose(Fd& fd) {
+  if (fd.valid()) ::shutdown(fd.get(), SHUT_RDWR);
+  fd.Reset();
 }
 
 int64_t NowNanos() {

@@ -8,38 +8,16 @@
 #include <string_view>
 #include <utility>
 
+#include "loom/base/fd.h"
 #include "loom/base/status.h"
 
 namespace loom::comm::tcp {
 
-// Owns a file descriptor; closes it on destruction.
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-  Fd& operator=(Fd&& o) noexcept {
-    if (this != &o) {
-      Reset();
-      fd_ = std::exchange(o.fd_, -1);
-    }
-    return *this;
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() { Reset(); }
+using base::Fd;
 
-  int get() const { return fd_; }
-  bool valid() const { return fd_ >= 0; }
-  int Release() { return std::exchange(fd_, -1); }
-  void Reset();
-  // Shuts both directions down (the peer sees EOF at once, even if another process shares the
-  // descriptor) and closes.
-  void ShutdownAndClose();
-
- private:
-  int fd_ = -1;
-};
+// Shuts both directions of a socket down (the peer sees EOF at once, even if another process
+// shares the descriptor) and closes it.
+void ShutdownAndClose(Fd& fd);
 
 // Monotonic clock in nanoseconds (CLOCK_MONOTONIC: shared by all processes of a host).
 int64_t NowNanos();
