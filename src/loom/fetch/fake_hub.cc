@@ -12,6 +12,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "loom/base/mapped_file.h"
 #include "loom/fetch/content_hash.h"
 
 namespace loom::fetch::testing {
@@ -355,6 +356,23 @@ FakeHub::Response FakeHub::FileResponse(const FakeRepo& repo, const FakeFile& fi
   r.file_path = file.path;
   r.headers = {{"ETag", "\"" + h.git_sha1 + "\""}, {"X-Repo-Commit", repo.commit}};
   return r;
+}
+
+int ClosedLoopbackPort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+std::string ReadWholeFile(const std::string& path) {
+  StatusOr<std::string> s = base::ReadFileToString(path);
+  return s.ok() ? *s : std::string();
 }
 
 }  // namespace loom::fetch::testing

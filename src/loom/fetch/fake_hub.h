@@ -106,4 +106,10 @@ class FakeHub {
   std::vector<FakeRequest> requests_;
 };
 
+// A port on 127.0.0.1 where nothing listens (for "the hub cannot be reached" cases).
+int ClosedLoopbackPort();
+
+// The whole file, "" when it cannot be read (test expectations compare contents).
+std::string ReadWholeFile(const std::string& path);
+
 }  // namespace loom::fetch::testing

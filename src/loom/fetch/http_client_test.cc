@@ -15,6 +15,7 @@ namespace loom::fetch {
 namespace {
 
 using testing::FakeFile;
+using testing::ClosedLoopbackPort;
 using testing::FakeHub;
 using testing::FakeRepo;
 
@@ -37,18 +38,6 @@ class StringSink : public BodySink {
   std::string text;
 };
 
-// A port on 127.0.0.1 where nothing listens.
-int ClosedPort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
 
 class HttpClientTest : public ::testing::Test {
  protected:
@@ -140,7 +129,7 @@ TEST_F(HttpClientTest, BodyOverTheLimitIsRefused) {
 }
 
 TEST_F(HttpClientTest, ConnectionRefusedIsUnavailable) {
-  const std::string url = "http://127.0.0.1:" + std::to_string(ClosedPort()) + "/x";
+  const std::string url = "http://127.0.0.1:" + std::to_string(ClosedLoopbackPort()) + "/x";
   StatusOr<HttpResult> r = client_.Get({url, "", -1}, nullptr, 1000);
   ASSERT_EQ(r.status().code(), StatusCode::kUnavailable) << r.status().ToString();
   EXPECT_NE(r.status().message().find("cannot connect"), std::string::npos);

@@ -10,8 +10,6 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include "loom/fetch/fake_hub.h"
@@ -22,7 +20,9 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::FakeFile;
+using testing::ClosedLoopbackPort;
 using testing::FakeHub;
+using testing::ReadWholeFile;
 using testing::FakeRepo;
 
 const std::string kCommit = "c0ffee0000000000000000000000000000000001";
@@ -38,24 +38,6 @@ std::string Pattern(size_t n, uint32_t seed) {
   return s;
 }
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
-
-int ClosedPort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
 
 FakeRepo ModelRepo(const std::string& id) {
   FakeRepo repo{id, kCommit, {}, "", ""};
@@ -121,7 +103,7 @@ TEST_F(HubPullTest, FreshPullStoresVerifiedFilesInASnapshot) {
     ASSERT_TRUE(fs::is_symlink(link)) << link;
     EXPECT_EQ(fs::read_symlink(link).string(),
               "../../blobs/" + fs::path(Blob(f.content, f.lfs)).filename().string());
-    EXPECT_EQ(ReadFile(link.string()), f.content) << f.path;
+    EXPECT_EQ(ReadWholeFile(link.string()), f.content) << f.path;
   }
   EXPECT_EQ(hub_->CountRequests("README"), 0);
   StatusOr<std::string> ref = model::ReadRef(cache_, "org/model", "main");
@@ -160,7 +142,7 @@ TEST_F(HubPullTest, DroppedConnectionIsResumedWithARange) {
     if (req.listener == "cdn") cdn_ranges.push_back(req.range);
   }
   EXPECT_EQ(cdn_ranges, (std::vector<std::string>{"", "bytes=70000-"}));
-  EXPECT_EQ(ReadFile(r->snapshot_dir + "/model.safetensors"), repo.files[3].content);
+  EXPECT_EQ(ReadWholeFile(r->snapshot_dir + "/model.safetensors"), repo.files[3].content);
 }
 
 TEST_F(HubPullTest, InterruptedPullLeavesAPartFileTheNextPullResumes) {
@@ -188,7 +170,7 @@ TEST_F(HubPullTest, InterruptedPullLeavesAPartFileTheNextPullResumes) {
     if (req.listener == "cdn") cdn_ranges.push_back(req.range);
   }
   EXPECT_EQ(cdn_ranges, (std::vector<std::string>{"", "bytes=70000-"}));
-  EXPECT_EQ(ReadFile(blob), repo.files[3].content);
+  EXPECT_EQ(ReadWholeFile(blob), repo.files[3].content);
   EXPECT_FALSE(fs::exists(blob + ".part"));
   // The rest of the weights, and tokenizer.json, which the first pull never reached.
   EXPECT_EQ(r->bytes_downloaded,
@@ -204,7 +186,7 @@ TEST_F(HubPullTest, ServerThatIgnoresTheRangeStartsOver) {
   hub_->set_ignore_range(true);
   StatusOr<PullResult> r = DoPull();
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_EQ(ReadFile(r->snapshot_dir + "/model.safetensors"), repo.files[3].content);
+  EXPECT_EQ(ReadWholeFile(r->snapshot_dir + "/model.safetensors"), repo.files[3].content);
 }
 
 TEST_F(HubPullTest, HashMismatchIsRejectedAndNothingMovesIntoPlace) {
@@ -280,7 +262,7 @@ TEST_F(HubPullTest, TokenGoesToTheHubButNotToTheCdn) {
 TEST_F(HubPullTest, UnreachableHubIsAClearError) {
   hub_->AddRepo(ModelRepo("org/model"));
   ASSERT_TRUE(DoPull().ok());
-  options_.endpoint = "http://127.0.0.1:" + std::to_string(ClosedPort());
+  options_.endpoint = "http://127.0.0.1:" + std::to_string(ClosedLoopbackPort());
   StatusOr<PullResult> r = DoPull();
   ASSERT_EQ(r.status().code(), StatusCode::kUnavailable) << r.status().ToString();
   const std::string& m = r.status().message();
@@ -327,7 +309,7 @@ TEST_F(HubPullTest, GgufRepositoryPullsTheIncludedFileAndResolvesToIt) {
   StatusOr<std::string> resolved = model::ResolveModelPath("org/gguf", dirs);
   ASSERT_TRUE(resolved.ok()) << resolved.status().ToString();
   EXPECT_EQ(*resolved, r->model_path);
-  EXPECT_EQ(ReadFile(*resolved), repo.files[1].content);
+  EXPECT_EQ(ReadWholeFile(*resolved), repo.files[1].content);
 }
 
 TEST_F(HubPullTest, IndexedShardsReplaceOtherCopiesOfTheWeights) {

@@ -9,9 +9,7 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -22,7 +20,9 @@ namespace loom::fetch {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::ClosedLoopbackPort;
 using testing::FakeHub;
+using testing::ReadWholeFile;
 using testing::FakeRepo;
 
 const std::string kLoom = std::string(LOOM_BINARY_DIR) + "/src/loom/cli/loom";
@@ -34,24 +34,6 @@ struct CommandRun {
   std::string err;
 };
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
-
-int ClosedPort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
 
 class PullCliTest : public ::testing::Test {
  protected:
@@ -95,8 +77,8 @@ class PullCliTest : public ::testing::Test {
     CommandRun r;
     const int status = std::system(cmd.c_str());
     r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    r.out = ReadFile(dir_ + "/out.txt");
-    r.err = ReadFile(dir_ + "/err.txt");
+    r.out = ReadWholeFile(dir_ + "/out.txt");
+    r.err = ReadWholeFile(dir_ + "/err.txt");
     return r;
   }
 
@@ -114,7 +96,7 @@ TEST_F(PullCliTest, PullThenInfoByName) {
   // stderr is not a terminal here: a line per file, no bar.
   EXPECT_NE(pull.err.find("tiny-Q8_0.gguf  "), std::string::npos) << pull.err;
   EXPECT_EQ(pull.err.find('\r'), std::string::npos) << pull.err;
-  EXPECT_EQ(ReadFile(path), gguf_);
+  EXPECT_EQ(ReadWholeFile(path), gguf_);
 
   const CommandRun info = Loom("info -m org/tiny --json");
   ASSERT_EQ(info.exit_code, 0) << info.err;
@@ -149,7 +131,7 @@ TEST_F(PullCliTest, GgufRepositoryWithoutIncludeExplains) {
 
 TEST_F(PullCliTest, OfflineIsAClearError) {
   const CommandRun pull =
-      Loom("pull org/tiny --include '*.gguf'", "http://127.0.0.1:" + std::to_string(ClosedPort()));
+      Loom("pull org/tiny --include '*.gguf'", "http://127.0.0.1:" + std::to_string(ClosedLoopbackPort()));
   EXPECT_EQ(pull.exit_code, 1);
   EXPECT_NE(pull.err.find("cannot reach the hub"), std::string::npos) << pull.err;
 }
