@@ -114,8 +114,8 @@ class PodModelTest : public ::testing::TestWithParam<std::pair<int, int>> {};
 
 TEST_P(PodModelTest, LogitsEqualOneProcessWithin1e4) {
   const auto [tp, pp] = GetParam();
-  for (kernels::DType type : {kernels::DType::kF32, kernels::DType::kQ8_0}) {
-    if (type == kernels::DType::kQ8_0 && tp > 5) continue;  // 5 blocks of columns to share
+  for (kernels::DType type : {kernels::DType::kF32, kernels::DType::kQ8_0, kernels::DType::kQ4_0}) {
+    if (type != kernels::DType::kF32 && tp > 5) continue;  // 5 blocks of columns to share
     Model m = Uneven(type);
     ASSERT_NE(m.file, nullptr);
     auto weights = model::BindWeights(*m.file);
@@ -134,6 +134,8 @@ TEST_P(PodModelTest, LogitsEqualOneProcessWithin1e4) {
     double worst = 0;
     for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, RelDiff(got[i], (*want)[i]));
     EXPECT_LT(worst, 1e-4) << kernels::Traits(type).name;
+    std::printf("tp %d pp %d %s: worst relative difference %.3g\n", tp, pp,
+                std::string(kernels::Traits(type).name).c_str(), worst);
   }
 }
 
