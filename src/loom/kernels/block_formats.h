@@ -21,6 +21,9 @@ inline float LoadF16(const std::byte* p) { return base::F16ToF32(LoadU16(p)); }
 
 // Byte offsets inside the K-quant super-blocks (dtype.h).
 inline constexpr int64_t kQK = 256;         // values per super-block
+inline constexpr int64_t kQ4KBlockBytes = 144;  // bytes per super-block (= Traits().block_bytes)
+inline constexpr int64_t kQ5KBlockBytes = 176;
+inline constexpr int64_t kQ6KBlockBytes = 210;
 inline constexpr int64_t kQ4KScales = 4;    // after f16 d, f16 dmin
 inline constexpr int64_t kQ4KQs = 16;       // Q4_K quants
 inline constexpr int64_t kQ5KQh = 16;       // Q5_K high bits

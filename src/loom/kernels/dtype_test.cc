@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "loom/kernels/block_formats.h"
 #include "loom/kernels/matrix.h"
 
 namespace loom::kernels {
@@ -48,6 +49,12 @@ TEST(MatrixViewTest, RowAndColumnRangesPointIntoTheSameBytes) {
   EXPECT_EQ(cols.cols, 64);
   EXPECT_EQ(cols.row_stride, 54);
   EXPECT_EQ(cols.data, storage + 54 + 18);
+}
+
+TEST(DTypeTest, KernelBlockConstantsMatchTraits) {
+  EXPECT_EQ(internal::kQ4KBlockBytes, Traits(DType::kQ4_K).block_bytes);
+  EXPECT_EQ(internal::kQ5KBlockBytes, Traits(DType::kQ5_K).block_bytes);
+  EXPECT_EQ(internal::kQ6KBlockBytes, Traits(DType::kQ6_K).block_bytes);
 }
 
 }  // namespace
