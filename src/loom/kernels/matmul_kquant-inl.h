@@ -376,7 +376,8 @@ HWY_INLINE LOOM_KERNELS_VNNI_ATTR void Q6KRowTile(const std::byte* const* rows, 
       const __m512i qh_all = _mm512_loadu_si512(blk + kQ6KQh);
       for (int half = 0; half < 2; ++half) {
         const __m512i ql = _mm512_loadu_si512(blk + 64 * half);
-        const __m512i qh = _mm512_shuffle_i64x2(qh_all, qh_all, half == 0 ? 0x44 : 0xEE);
+        const __m512i qh = half == 0 ? _mm512_shuffle_i64x2(qh_all, qh_all, 0x44)
+                                     : _mm512_shuffle_i64x2(qh_all, qh_all, 0xEE);
         const __m512i q_lo = _mm512_or_si512(
             _mm512_and_si512(ql, nibble),
             _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, shift_lo), pair), 4));
