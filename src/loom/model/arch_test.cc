@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "loom/model/hf_test_util.h"
+#include "loom/model/thread_collective_test_util.h"
 #include "loom/model/transformer.h"
 
 namespace loom::model {
@@ -226,37 +227,7 @@ TEST(ArchTest, MissingBiasOrNormIsAnError) {
   }
 }
 
-// Threads summing partial outputs (tensor parallelism without a transport).
-class ThreadSum {
- public:
-  explicit ThreadSum(int n) : n_(n), barrier_(n) {}
-  class Rank : public Collective {
-   public:
-    Rank(ThreadSum* g, int rank) : g_(g), rank_(rank) {}
-    Status AllReduceSum(float* data, int64_t n) override {
-      if (rank_ == 0) g_->sum_.assign(static_cast<size_t>(n), 0.0f);
-      g_->barrier_.arrive_and_wait();
-      for (int r = 0; r < g_->n_; ++r) {
-        if (r == rank_) {
-          for (int64_t i = 0; i < n; ++i) g_->sum_[static_cast<size_t>(i)] += data[i];
-        }
-        g_->barrier_.arrive_and_wait();
-      }
-      std::copy_n(g_->sum_.begin(), n, data);
-      g_->barrier_.arrive_and_wait();
-      return OkStatus();
-    }
-
-   private:
-    ThreadSum* g_;
-    int rank_;
-  };
-
- private:
-  int n_;
-  std::barrier<> barrier_;
-  std::vector<float> sum_;
-};
+using testing::ThreadCollective;
 
 TEST(ArchTest, TensorParallelShardsSliceBiasesAndNorms) {
   for (const TinyHfSpec& spec :
@@ -266,12 +237,12 @@ TEST(ArchTest, TensorParallelShardsSliceBiasesAndNorms) {
     auto file = OpenModel(dir.path());
     ASSERT_TRUE(file.ok());
     const std::vector<Vec> want = ReferenceForward(spec, w, kTokens);
-    ThreadSum group(2);
+    ThreadCollective group(2);
     std::vector<float> got[2];
     std::vector<std::thread> threads;
     for (int r = 0; r < 2; ++r) {
       threads.emplace_back([&, r] {
-        ThreadSum::Rank rank(&group, r);
+        ThreadCollective::Rank rank(&group, r);
         ShardSpec shard;
         shard.head_begin = r * spec.heads / 2;
         shard.n_heads = spec.heads / 2;

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "loom/base/testing.h"
+#include "loom/model/thread_collective_test_util.h"
 #include "loom/model/transformer.h"
 
 namespace loom::model {
@@ -16,38 +17,7 @@ namespace {
 
 double RelDiff(double a, double b) { return std::abs(a - b) / std::max(1.0, std::abs(b)); }
 
-// Sums buffers across `n` threads: each rank adds its buffer into a shared accumulator in rank
-// order, then copies the total back.
-class ThreadCollective {
- public:
-  explicit ThreadCollective(int n) : n_(n), barrier_(n) {}
-  class Rank : public Collective {
-   public:
-    Rank(ThreadCollective* g, int rank) : g_(g), rank_(rank) {}
-    Status AllReduceSum(float* data, int64_t n) override {
-      if (rank_ == 0) g_->sum_.assign(static_cast<size_t>(n), 0.0f);
-      g_->barrier_.arrive_and_wait();
-      for (int r = 0; r < g_->n_; ++r) {
-        if (r == rank_) {
-          for (int64_t i = 0; i < n; ++i) g_->sum_[static_cast<size_t>(i)] += data[i];
-        }
-        g_->barrier_.arrive_and_wait();
-      }
-      for (int64_t i = 0; i < n; ++i) data[i] = g_->sum_[static_cast<size_t>(i)];
-      g_->barrier_.arrive_and_wait();
-      return OkStatus();
-    }
-
-   private:
-    ThreadCollective* g_;
-    int rank_;
-  };
-
- private:
-  int n_;
-  std::barrier<> barrier_;
-  std::vector<float> sum_;
-};
+using model::testing::ThreadCollective;
 
 const std::vector<int32_t> kTokens = {1, 403, 407, 261, 378, 432, 383, 286};
 
@@ -69,8 +39,8 @@ std::vector<float> WholeModelLogits(const ModelFile& file) {
 class ShardTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const std::string shared = testing::SharedDir();
-    if (shared.empty()) GTEST_SKIP() << testing::kSharedMissingMessage;
+    const std::string shared = loom::testing::SharedDir();
+    if (shared.empty()) GTEST_SKIP() << loom::testing::kSharedMissingMessage;
     auto f = OpenModel(shared + "/models/stories260K/stories260K.gguf");
     ASSERT_TRUE(f.ok()) << f.status().ToString();
     file_ = std::move(*f);
