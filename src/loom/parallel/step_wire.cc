@@ -23,6 +23,7 @@ void EncodeStep(const Step& step, std::vector<std::byte>* out) {
   std::memcpy(p, &h, sizeof(h));
   p += sizeof(h);
   for (const auto* v : {&step.tokens, &step.positions, &step.slots, &step.logit_rows}) {
+    if (v->empty()) continue;  // (memcpy from an empty vector's null data() is undefined)
     std::memcpy(p, v->data(), v->size() * 4);
     p += v->size() * 4;
   }

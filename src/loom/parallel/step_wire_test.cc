@@ -30,6 +30,22 @@ TEST(StepWireTest, RoundTrips) {
   EXPECT_EQ(out.logit_rows, MakeStep().logit_rows);
 }
 
+// Regression (fuzz/corpus/step_wire_fuzz/empty-logit-rows): a prompt chunk that wants no logits
+// encodes its empty logit-row list without touching the vector's (null) data.
+TEST(StepWireTest, StepsWithoutLogitRowsRoundTrip) {
+  Step s = MakeStep();
+  s.logit_rows.clear();
+  std::vector<std::byte> wire;
+  EncodeStep(s, &wire);
+  Step out;
+  ASSERT_TRUE(DecodeStep(wire, 7, 16, 512, 64, 2, &out).ok());
+  EXPECT_EQ(out.tokens, s.tokens);
+  EXPECT_TRUE(out.logit_rows.empty());
+  std::vector<std::byte> again;
+  EncodeStep(out, &again);
+  EXPECT_EQ(again, wire);
+}
+
 TEST(StepWireTest, LongStepsExceedTheInlinePart) {
   Step s = MakeStep();
   s.tokens.assign(40, 5);
