@@ -15,6 +15,7 @@
 #include "loom/text/detokenizer.h"
 #include "loom/text/llama2c_tokenizer.h"
 #include "loom/text/sentencepiece.h"
+#include "loom/text/utf8.h"
 
 namespace {
 
@@ -25,38 +26,6 @@ void Check(bool ok, const char* what) {
   }
 }
 
-bool IsValidUtf8(std::string_view s) {
-  static constexpr uint32_t kMin[] = {0, 0x80, 0x800, 0x10000};
-  for (size_t i = 0; i < s.size();) {
-    const uint8_t b = static_cast<uint8_t>(s[i]);
-    size_t n = 0;
-    uint32_t cp = 0;
-    if (b < 0x80) {
-      ++i;
-      continue;
-    } else if ((b & 0xE0) == 0xC0) {
-      n = 1;
-      cp = b & 0x1F;
-    } else if ((b & 0xF0) == 0xE0) {
-      n = 2;
-      cp = b & 0x0F;
-    } else if ((b & 0xF8) == 0xF0) {
-      n = 3;
-      cp = b & 0x07;
-    } else {
-      return false;
-    }
-    if (i + n >= s.size()) return false;
-    for (size_t k = 1; k <= n; ++k) {
-      const uint8_t c = static_cast<uint8_t>(s[i + k]);
-      if ((c & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (c & 0x3F);
-    }
-    if (cp < kMin[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
-    i += n + 1;
-  }
-  return true;
-}
 
 loom::model::TokenizerSpec FixedSpec() {
   loom::model::TokenizerSpec spec;
@@ -101,7 +70,7 @@ void Exercise(const loom::text::SentencePieceTokenizer& t, std::string_view text
     for (int32_t id : *ids) Check(id >= 0 && id < t.vocab_size(), "id out of range");
     for (bool llama2c : {false, true}) {
       const std::string out = loom::text::DetokenizeAll(t, *ids, {.llama2c_safe_printf = llama2c});
-      Check(IsValidUtf8(out), "detokenizer produced invalid UTF-8");
+      Check(loom::text::IsValidUtf8(out), "detokenizer produced invalid UTF-8");
     }
   }
 }

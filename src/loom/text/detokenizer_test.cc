@@ -8,6 +8,7 @@
 
 #include "loom/text/sentencepiece.h"
 #include "loom/text/test_vocab.h"
+#include "loom/text/utf8.h"
 
 namespace loom::text {
 namespace {
@@ -38,40 +39,6 @@ std::vector<int32_t> BytesAsTokens(std::string_view bytes) {
   std::vector<int32_t> ids;
   for (char c : bytes) ids.push_back(Byte(static_cast<uint8_t>(c)));
   return ids;
-}
-
-bool IsValidUtf8(std::string_view s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const uint8_t b = static_cast<uint8_t>(s[i]);
-    int n = 0;
-    uint32_t cp = 0;
-    if (b < 0x80) {
-      ++i;
-      continue;
-    } else if ((b & 0xE0) == 0xC0) {
-      n = 1;
-      cp = b & 0x1F;
-    } else if ((b & 0xF0) == 0xE0) {
-      n = 2;
-      cp = b & 0x0F;
-    } else if ((b & 0xF8) == 0xF0) {
-      n = 3;
-      cp = b & 0x07;
-    } else {
-      return false;
-    }
-    for (int k = 1; k <= n; ++k) {
-      if (i + k >= s.size()) return false;
-      const uint8_t c = static_cast<uint8_t>(s[i + k]);
-      if ((c & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (c & 0x3F);
-    }
-    const uint32_t min[] = {0, 0x80, 0x800, 0x10000};
-    if (cp < min[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
-    i += static_cast<size_t>(n) + 1;
-  }
-  return true;
 }
 
 TEST(DetokenizerTest, PassesPiecesThroughAndDropsTheSpaceAfterBos) {
