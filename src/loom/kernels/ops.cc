@@ -167,6 +167,44 @@ void ScaleImpl(float alpha, int64_t n, float* x) {
   for (; i < n; ++i) x[i] *= alpha;
 }
 
+void AttendImpl(const float* q, const float* keys, const float* values, int64_t len, int64_t stride,
+                int64_t head_dim, float scale, float* scores, float* out) {
+  const DF df;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  for (int64_t p = 0; p < len; ++p) scores[p] = DotImpl(q, keys + p * stride, head_dim) * scale;
+  SoftmaxImpl(scores, len);
+  // out = sum_p scores[p] * value p, kept in registers a few vectors at a time: the same fused
+  // multiply-adds in the same order as Axpy into out, without a store and reload per position.
+  int64_t i = 0;
+  for (; i + 4 * lanes <= head_dim; i += 4 * lanes) {
+    auto a0 = hn::Zero(df), a1 = hn::Zero(df), a2 = hn::Zero(df), a3 = hn::Zero(df);
+    for (int64_t p = 0; p < len; ++p) {
+      const float* v = values + p * stride + i;
+      const auto s = hn::Set(df, scores[p]);
+      a0 = hn::MulAdd(s, hn::LoadU(df, v), a0);
+      a1 = hn::MulAdd(s, hn::LoadU(df, v + lanes), a1);
+      a2 = hn::MulAdd(s, hn::LoadU(df, v + 2 * lanes), a2);
+      a3 = hn::MulAdd(s, hn::LoadU(df, v + 3 * lanes), a3);
+    }
+    hn::StoreU(a0, df, out + i);
+    hn::StoreU(a1, df, out + i + lanes);
+    hn::StoreU(a2, df, out + i + 2 * lanes);
+    hn::StoreU(a3, df, out + i + 3 * lanes);
+  }
+  for (; i + lanes <= head_dim; i += lanes) {
+    auto a = hn::Zero(df);
+    for (int64_t p = 0; p < len; ++p) {
+      a = hn::MulAdd(hn::Set(df, scores[p]), hn::LoadU(df, values + p * stride + i), a);
+    }
+    hn::StoreU(a, df, out + i);
+  }
+  for (; i < head_dim; ++i) {
+    float a = 0.0f;
+    for (int64_t p = 0; p < len; ++p) a += scores[p] * values[p * stride + i];
+    out[i] = a;
+  }
+}
+
 }  // namespace loom::kernels::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -180,6 +218,7 @@ HWY_EXPORT(AddImpl);
 HWY_EXPORT(DotImpl);
 HWY_EXPORT(AxpyImpl);
 HWY_EXPORT(ScaleImpl);
+HWY_EXPORT(AttendImpl);
 
 void RmsNorm(const float* x, const float* weight, int64_t n, float eps, float* out) {
   HWY_DYNAMIC_DISPATCH(RmsNormImpl)(x, weight, n, eps, out);
@@ -199,6 +238,10 @@ void Axpy(float alpha, const float* x, int64_t n, float* y) {
   HWY_DYNAMIC_DISPATCH(AxpyImpl)(alpha, x, n, y);
 }
 void Scale(float alpha, int64_t n, float* x) { HWY_DYNAMIC_DISPATCH(ScaleImpl)(alpha, n, x); }
+void Attend(const float* q, const float* keys, const float* values, int64_t len, int64_t stride,
+            int64_t head_dim, float scale, float* scores, float* out) {
+  HWY_DYNAMIC_DISPATCH(AttendImpl)(q, keys, values, len, stride, head_dim, scale, scores, out);
+}
 
 }  // namespace loom::kernels
 #endif  // HWY_ONCE

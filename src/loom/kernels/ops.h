@@ -38,4 +38,13 @@ void Axpy(float alpha, const float* x, int64_t n, float* y);
 // x(n) *= alpha
 void Scale(float alpha, int64_t n, float* x);
 
+// One query head attending over `len` cached positions:
+//   scores(len) = softmax(scale * [dot(q, key p)]),  out(head_dim) = sum_p scores[p] * value p,
+// where q(head_dim), and key p / value p are head_dim floats at keys + p * stride and
+// values + p * stride (the KV cache interleaves heads).  scores is caller scratch; out must not
+// alias the inputs.  One dispatch for the whole head: per-position Dot/Axpy calls cost more than
+// their arithmetic at decode sizes.
+void Attend(const float* q, const float* keys, const float* values, int64_t len, int64_t stride,
+            int64_t head_dim, float scale, float* scores, float* out);
+
 }  // namespace loom::kernels

@@ -136,6 +136,31 @@ TEST(OpsTest, SoftmaxMatchesReferenceAndHandlesMaskedScores) {
   });
 }
 
+TEST(OpsTest, AttendMatchesReference) {
+  ForEachSimdTarget([] {
+    for (int64_t head_dim : {1, 3, 16, 17, 64, 80, 128}) {
+      for (int64_t len : {1, 2, 7, 100}) {
+        const int64_t stride = 3 * head_dim + 5;  // heads interleaved, as in the KV cache
+        const auto q = RandomVector(head_dim, 11);
+        const auto keys = RandomVector(len * stride, 12);
+        const auto values = RandomVector(len * stride, 13);
+        const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+        std::vector<float> scores(static_cast<size_t>(len)), out(static_cast<size_t>(head_dim));
+        std::vector<float> want_scores(scores.size()), want(out.size());
+        Attend(q.data(), keys.data(), values.data(), len, stride, head_dim, scale, scores.data(),
+               out.data());
+        reference::Attend(q.data(), keys.data(), values.data(), len, stride, head_dim, scale,
+                          want_scores.data(), want.data());
+        SCOPED_TRACE(::testing::Message() << "head_dim " << head_dim << " len " << len);
+        // Scores: softmax of dot products (reordered sums, exp within a few ulp); out: a convex
+        // combination of values (|v| <= 6), so an absolute bound.
+        ExpectClose(scores, want_scores, 1e-5f, 1e-7f);
+        ExpectClose(out, want, 0.0f, 1e-5f);
+      }
+    }
+  });
+}
+
 TEST(OpsTest, SwiGluMatchesReferenceIncludingLargeGates) {
   ForEachSimdTarget([] {
     for (int64_t n : kSizes) {

@@ -215,4 +215,12 @@ void Scale(float alpha, int64_t n, float* x) {
   for (int64_t i = 0; i < n; ++i) x[i] *= alpha;
 }
 
+void Attend(const float* q, const float* keys, const float* values, int64_t len, int64_t stride,
+            int64_t head_dim, float scale, float* scores, float* out) {
+  for (int64_t p = 0; p < len; ++p) scores[p] = Dot(q, keys + p * stride, head_dim) * scale;
+  Softmax(scores, len);
+  for (int64_t i = 0; i < head_dim; ++i) out[i] = 0.0f;
+  for (int64_t p = 0; p < len; ++p) Axpy(scores[p], values + p * stride, head_dim, out);
+}
+
 }  // namespace loom::kernels::reference

@@ -41,5 +41,7 @@ void Add(const float* x, int64_t n, float* y);
 float Dot(const float* a, const float* b, int64_t n);
 void Axpy(float alpha, const float* x, int64_t n, float* y);
 void Scale(float alpha, int64_t n, float* x);
+void Attend(const float* q, const float* keys, const float* values, int64_t len, int64_t stride,
+            int64_t head_dim, float scale, float* scores, float* out);
 
 }  // namespace loom::kernels::reference

@@ -247,11 +247,7 @@ void Transformer::Attention(const Batch& batch, int64_t layer) {
       const float* q = q_.data() + i * q_dim + h * hd;
       const float* keys = cache_.K(layer, slot) + kvh * hd;
       const float* values = cache_.V(layer, slot) + kvh * hd;
-      for (int64_t p = 0; p < len; ++p) scores[p] = k::Dot(q, keys + p * kv_dim, hd) * scale;
-      k::Softmax(scores, len);
-      float* out = att_.data() + i * q_dim + h * hd;
-      std::fill_n(out, hd, 0.0f);
-      for (int64_t p = 0; p < len; ++p) k::Axpy(scores[p], values + p * kv_dim, hd, out);
+      k::Attend(q, keys, values, len, kv_dim, hd, scale, scores, att_.data() + i * q_dim + h * hd);
     }
   };
   if (threads == 1 || items == 1) {
