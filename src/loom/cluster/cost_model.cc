@@ -4,9 +4,11 @@
 #include <thread>
 
 #include "loom/base/clock.h"
+#include "loom/base/sysinfo.h"
 #include "loom/base/thread_pool.h"
 #include "loom/kernels/matmul.h"
 #include "loom/model/transformer.h"
+#include "loom/model/weight_copy.h"
 
 namespace loom::cluster {
 
@@ -128,37 +130,60 @@ const Prediction* PickBest(const std::vector<Prediction>& predictions) {
 }
 
 StatusOr<RankFacts> Calibrate(const model::ModelFile& file, int ranks_on_host) {
-  // The layers decode reads, up to a volume well past the caches, and their weight bytes.
+  // Each copy (rank) decodes its own layers, as the ranks of a pod read different weights: copies
+  // reading the same pages would share the cache and measure more than memory delivers.  Layers per
+  // copy: up to a volume well past the caches, and no more than an equal share of the model.
   const model::HParams& hp = file.hparams;
-  int64_t layers = 0, volume = 0;
-  while (layers < hp.n_layers && volume < (int64_t{256} << 20)) {
+  const int copies_max = std::max(1, ranks_on_host);
+  auto layer_bytes = [&](int64_t l) {
+    int64_t bytes = 0;
     for (const char* part :
          {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"}) {
-      volume += TensorBytes(file, ("blk." + std::to_string(layers) + "." + part + ".weight").c_str());
+      bytes += TensorBytes(file, ("blk." + std::to_string(l) + "." + part + ".weight").c_str());
     }
-    ++layers;
+    return bytes;
+  };
+  const int64_t share = std::max<int64_t>(1, hp.n_layers / copies_max);
+  int64_t layers = 0, volume0 = 0;
+  while (layers < share && volume0 < (int64_t{256} << 20)) volume0 += layer_bytes(layers++);
+  if (volume0 == 0) return NotFoundError(file.path, ": no layer matrices to calibrate with");
+  // Copy c decodes layers [c * layers, (c + 1) * layers), wrapping round a model with too few.
+  std::vector<model::TransformerWeights> weights;
+  std::vector<int64_t> volume;
+  for (int c = 0; c < copies_max; ++c) {
+    model::ShardSpec shard;
+    shard.layer_begin = c * layers + layers <= hp.n_layers ? c * layers : 0;
+    shard.layer_end = shard.layer_begin + layers;
+    shard.head = false;
+    LOOM_ASSIGN_OR_RETURN(model::TransformerWeights w, model::BindWeights(file, shard));
+    // Placed as `loom run` places them by default (engine::WeightPlacement::kAuto).
+    const int64_t available = base::ReadMemoryInfo().available_bytes;
+    if (available > 0 && model::CopiedMatrixBytes(w) < available / 2 / copies_max) {
+      LOOM_RETURN_IF_ERROR(model::CopyMatricesToMemory(&w));
+    }
+    weights.push_back(std::move(w));
+    int64_t v = 0;
+    for (int64_t l = shard.layer_begin; l < shard.layer_end; ++l) v += layer_bytes(l);
+    volume.push_back(v);
   }
-  if (volume == 0) return NotFoundError(file.path, ": no layer matrices to calibrate with");
-  model::ShardSpec shard;
-  shard.layer_end = layers;
-  shard.head = false;
-  LOOM_ASSIGN_OR_RETURN(const model::TransformerWeights weights, model::BindWeights(file, shard));
 
   // Decode as it runs: those layers of the real forward pass (attention, norms and all), one token
-  // per step, one thread, `copies` of them at once.
+  // per step, one thread per copy.  A tensor-parallel step waits for its slowest rank, so the rate
+  // of `copies` at once is the slowest copy's.
   auto decode_rate = [&](int copies) -> StatusOr<double> {
     std::vector<double> rates(static_cast<size_t>(copies));
     std::vector<Status> errors(static_cast<size_t>(copies));
     std::vector<std::thread> threads;
     for (int c = 0; c < copies; ++c) {
       threads.emplace_back([&, c] {
+        const size_t ci = static_cast<size_t>(c);
         base::ThreadPool pool(1);
         model::TransformerOptions options;
         options.context = 64;
         options.max_batch = 1;
-        auto t = model::Transformer::Create(weights, options, pool);
+        auto t = model::Transformer::Create(weights[ci], options, pool);
         if (!t.ok()) {
-          errors[static_cast<size_t>(c)] = t.status();
+          errors[ci] = t.status();
           return;
         }
         const int32_t token = 1, slot = 0;
@@ -168,21 +193,19 @@ StatusOr<RankFacts> Calibrate(const model::ModelFile& file, int ranks_on_host) {
           return st.ok() ? (*t)->Layers(batch) : st;
         };
         // One untimed step maps the file's pages (page faults are load time, not decode time).
-        errors[static_cast<size_t>(c)] = step(0);
+        errors[ci] = step(0);
         int32_t steps = 0;
         base::Stopwatch watch;
-        while (errors[static_cast<size_t>(c)].ok() && (watch.Seconds() < 0.15 || steps < 2)) {
-          errors[static_cast<size_t>(c)] = step(1 + steps % 62);
+        while (errors[ci].ok() && (watch.Seconds() < 0.15 || steps < 2)) {
+          errors[ci] = step(1 + steps % 62);
           ++steps;
         }
-        rates[static_cast<size_t>(c)] = static_cast<double>(volume) * steps / watch.Seconds();
+        rates[ci] = static_cast<double>(volume[ci]) * steps / watch.Seconds();
       });
     }
     for (auto& t : threads) t.join();
     for (const Status& e : errors) LOOM_RETURN_IF_ERROR(e);
-    double sum = 0;
-    for (double r : rates) sum += r;
-    return sum / copies;
+    return *std::min_element(rates.begin(), rates.end());
   };
   // Memory bandwidth drifts over seconds on shared machines: alternate the two measurements and
   // take the medians.
@@ -209,7 +232,7 @@ StatusOr<RankFacts> Calibrate(const model::ModelFile& file, int ranks_on_host) {
     constexpr int64_t kBatch = 64;
     base::ThreadPool pool(1);
     kernels::Workspace ws;
-    const kernels::MatrixView& m = weights.layers.front().w_down;
+    const kernels::MatrixView& m = weights.front().layers.front().w_down;
     std::vector<float> x(static_cast<size_t>(kBatch * m.cols), 0.5f),
         y(static_cast<size_t>(kBatch * m.rows));
     int64_t flops = 0;

@@ -59,9 +59,10 @@ std::vector<Prediction> PredictAll(const model::ModelFile& file, const CostInput
 // The feasible plan with the highest generation speed (ties: fewer ranks); null when none.
 const Prediction* PickBest(const std::vector<Prediction>& predictions);
 
-// Measures this machine with the model's own kernels: matrix-vector products over one of its
-// weight matrices (decode bytes/s, alone and with `ranks_on_host` copies running at once) and a
-// batched product (prompt FLOP/s), one thread each.
+// Measures this machine with the model's own kernels: decode steps of the real forward pass over
+// a share of the model's layers, one thread each (decode bytes/s alone, and the slowest of
+// `ranks_on_host` copies running at once on different layers), and a batched product (prompt
+// FLOP/s).
 StatusOr<RankFacts> Calibrate(const model::ModelFile& file, int ranks_on_host);
 
 }  // namespace loom::cluster
