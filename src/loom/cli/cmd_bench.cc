@@ -26,6 +26,7 @@ struct BenchOptions {
   int64_t prompt_tokens = 128;
   int64_t gen_tokens = 64;
   int repeats = 5;
+  engine::WeightPlacement weights = engine::WeightPlacement::kAuto;
   int threads = 0;
   int64_t batch = 256;
   bool json = false;
@@ -54,6 +55,7 @@ int Bench(const BenchOptions& o) {
   load.model_path = o.model;
   load.tokenizer_path = o.tokenizer;
   load.threads = o.threads;
+  load.weights = o.weights;
   load.max_batch = o.batch;
   load.context = o.prompt_tokens + o.gen_tokens + 1;
   auto loaded = engine::LoadModel(load);
@@ -99,6 +101,7 @@ int Bench(const BenchOptions& o) {
   if (o.json) {
     nlohmann::json j = {{"model", o.model},
                         {"threads", threads},
+                        {"weights", m.weights_copied ? "copied" : "mapped"},
                         {"prompt_tokens", o.prompt_tokens},
                         {"gen_tokens", o.gen_tokens},
                         {"repeats", o.repeats},
@@ -116,6 +119,7 @@ int Bench(const BenchOptions& o) {
   } else {
     std::printf("model            %s\n", o.model.c_str());
     std::printf("threads          %d\n", threads);
+    std::printf("weights          %s\n", m.weights_copied ? "copied (huge pages)" : "mapped");
     std::printf("prompt (pp%lld)    %.1f tokens/s (median of %d)\n",
                 static_cast<long long>(o.prompt_tokens), pp_med, o.repeats);
     std::printf("generation (tg%lld) %.1f tokens/s (median of %d)\n",
@@ -146,6 +150,7 @@ void AddBenchCommand(CLI::App& app, Action* action) {
   sub->add_option("-r,--repeats", o->repeats, "Measured runs (after one warm-up)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));
+  AddWeightsFlag(*sub, o->weights);
   sub->add_option("--threads", o->threads, "Threads (default: one per core)")
       ->check(CLI::Range(0, 1024));
   sub->add_option("--batch", o->batch, "Prompt tokens per forward pass")

@@ -28,6 +28,7 @@ struct RunOptions {
   std::string prompt_ids;
   int64_t max_new = 256;
   SamplingFlags sampling;
+  engine::WeightPlacement weights = engine::WeightPlacement::kAuto;
   int threads = 0;
   int64_t context = 0;
   int64_t batch = 256;
@@ -132,6 +133,7 @@ int Run(const RunOptions& o) {
   load.model_path = o.model;
   load.tokenizer_path = o.tokenizer;
   load.threads = o.threads;
+  load.weights = o.weights;
   load.max_batch = o.batch;
   load.context = o.context;
   if (o.pod.distributed()) {
@@ -181,6 +183,7 @@ void AddRunCommand(CLI::App& app, Action* action) {
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
   AddSamplingFlags(*sub, o->sampling);
+  AddWeightsFlag(*sub, o->weights);
   sub->add_option("--threads", o->threads, "Threads (default: one per core)")
       ->check(CLI::Range(0, 1024));
   sub->add_option("--ctx", o->context, "Context length (default: the model's)")

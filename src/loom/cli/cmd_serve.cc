@@ -32,6 +32,7 @@ struct ServeOptions {
   int64_t parallel = 4;
   int64_t context = 0;
   int64_t queue = 64;
+  engine::WeightPlacement weights = engine::WeightPlacement::kAuto;
   int threads = 0;
   int64_t batch = 256;
   int64_t prefill_chunk = 64;
@@ -57,6 +58,7 @@ StatusOr<std::unique_ptr<ServeBackend>> OpenBackend(const ServeOptions& o) {
   load.model_path = o.model;
   load.tokenizer_path = o.tokenizer;
   load.threads = o.threads;
+  load.weights = o.weights;
   load.context = o.context;
   load.n_slots = o.parallel;
   load.max_batch = std::max(o.batch, o.parallel);  // every sequence decodes in each step
@@ -174,7 +176,8 @@ void AddServeCommand(CLI::App& app, Action* action) {
       "serve",
       "Serve a model over HTTP: OpenAI-compatible /v1/chat/completions, /v1/completions and "
       "/v1/models (streaming included), /health, /metrics, and a chat page at /");
-  sub->add_option("-m,--model", o->model, "Model: GGUF or llama2.c file, model directory, or a name in the cache")
+  sub->add_option("-m,--model", o->model,
+                  "Model: GGUF or llama2.c file, model directory, or a name in the cache")
       ->required();
   sub->add_option("--tokenizer", o->tokenizer,
                   "Tokenizer file (default: the model's own, or tokenizer.bin beside a llama2.c "
@@ -205,6 +208,7 @@ void AddServeCommand(CLI::App& app, Action* action) {
                   "Retry-After")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  AddWeightsFlag(*sub, o->weights);
   sub->add_option("--threads", o->threads, "Compute threads (default: one per core)")
       ->check(CLI::Range(0, 1024));
   sub->add_option("--batch", o->batch, "Tokens per forward pass (at least --parallel)")

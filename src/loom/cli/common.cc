@@ -4,6 +4,7 @@
 
 #include <charconv>
 #include <cstdio>
+#include <map>
 #include <random>
 
 namespace loom::cli {
@@ -69,6 +70,20 @@ void AddSamplingFlags(CLI::App& app, SamplingFlags& f) {
   app.add_option("--seed", f.seed, "Random seed; -1 = random")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{-1}, INT64_MAX));
+}
+
+void AddWeightsFlag(CLI::App& app, engine::WeightPlacement& placement) {
+  const std::map<std::string, engine::WeightPlacement> names = {
+      {"auto", engine::WeightPlacement::kAuto},
+      {"mapped", engine::WeightPlacement::kMapped},
+      {"copied", engine::WeightPlacement::kCopied}};
+  app.add_option("--weights", placement,
+                 "Where weights are read from: mapped (in place in the file: nothing copied, "
+                 "larger than memory is fine), copied (into huge-page memory: faster generation, "
+                 "the weights are read whole at load), auto (copied when they take under half "
+                 "the available memory)")
+      ->transform(CLI::CheckedTransformer(names, CLI::ignore_case))
+      ->default_str("auto");
 }
 
 }  // namespace loom::cli

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "loom/base/status.h"
+#include "loom/engine/loaded_model.h"
 #include "loom/text/sampler.h"
 
 namespace CLI {
@@ -33,5 +34,8 @@ struct SamplingFlags {
   text::SamplerConfig ToConfig() const;
 };
 void AddSamplingFlags(CLI::App& app, SamplingFlags& flags);
+
+// --weights auto|mapped|copied (engine::WeightPlacement).
+void AddWeightsFlag(CLI::App& app, engine::WeightPlacement& placement);
 
 }  // namespace loom::cli

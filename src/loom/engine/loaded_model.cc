@@ -1,7 +1,9 @@
 #include "loom/engine/loaded_model.h"
 
 #include "loom/base/clock.h"
+#include "loom/base/sysinfo.h"
 #include "loom/model/model_cache.h"
+#include "loom/model/weight_copy.h"
 #include "loom/text/tokenizer_loader.h"
 
 namespace loom::engine {
@@ -18,6 +20,12 @@ StatusOr<LoadedModel> LoadModel(const LoadOptions& options) {
   LOOM_ASSIGN_OR_RETURN(model::TransformerWeights weights,
                         model::BindWeights(*m.file, options.shard));
   m.weights = std::make_unique<model::TransformerWeights>(std::move(weights));
+  m.weights_copied = options.weights == WeightPlacement::kCopied;
+  if (options.weights == WeightPlacement::kAuto) {
+    const int64_t available = base::ReadMemoryInfo().available_bytes;
+    m.weights_copied = available > 0 && model::CopiedMatrixBytes(*m.weights) < available / 2;
+  }
+  if (m.weights_copied) LOOM_RETURN_IF_ERROR(model::CopyMatricesToMemory(m.weights.get()));
   m.pool = std::make_unique<base::ThreadPool>(options.threads);
   model::TransformerOptions t;
   t.context = options.context;
@@ -25,9 +33,11 @@ StatusOr<LoadedModel> LoadModel(const LoadOptions& options) {
   t.n_slots = options.n_slots;
   LOOM_ASSIGN_OR_RETURN(m.transformer, model::Transformer::Create(*m.weights, t, *m.pool));
   // Start reading the weights in the background so the first tokens do not wait on page faults
-  // (whole models only: a shard must not pull the rest of a file bigger than memory into it).
+  // (mapped whole models only: a shard must not pull the rest of a file bigger than memory into
+  // it, and copied weights have been read already).
   const model::ShardSpec& s = options.shard;
-  if (s.layer_begin == 0 && s.layer_end < 0 && s.n_heads < 0 && s.ffn_dim < 0) {
+  if (!m.weights_copied && s.layer_begin == 0 && s.layer_end < 0 && s.n_heads < 0 &&
+      s.ffn_dim < 0) {
     for (const auto& mapping : m.file->mappings) mapping.WillNeed(0, mapping.size());
   }
   m.load_seconds = watch.Seconds();

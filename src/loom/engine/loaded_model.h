@@ -15,6 +15,15 @@
 
 namespace loom::engine {
 
+// Where the forward pass reads the weight matrices from.
+enum class WeightPlacement {
+  kAuto,    // copied when they take under half of the memory available now, else mapped
+  kMapped,  // in place in the file's mapping: nothing copied, pages shared with the page cache, a
+            // shard larger than the free memory still runs
+  kCopied,  // copied into memory backed by huge pages (model/weight_copy.h): faster decoding; the
+            // shard's weights are read whole at load and their memory cannot be reclaimed
+};
+
 struct LoadOptions {
   std::string model_path;
   std::string tokenizer_path;  // "" = the model's own (or tokenizer.bin beside a llama2.c file)
@@ -24,6 +33,7 @@ struct LoadOptions {
   int64_t n_slots = 1;         // sequences held at once
   model::ShardSpec shard;      // the part of the model this process holds (default: all of it)
   bool load_tokenizer = true;  // ranks other than a pod's driver need none
+  WeightPlacement weights = WeightPlacement::kAuto;
 };
 
 struct LoadedModel {
@@ -33,6 +43,7 @@ struct LoadedModel {
   std::unique_ptr<base::ThreadPool> pool;
   std::unique_ptr<model::Transformer> transformer;
   double load_seconds = 0;
+  bool weights_copied = false;  // the placement chosen (kAuto decides at load)
 };
 
 StatusOr<LoadedModel> LoadModel(const LoadOptions& options);

@@ -11,6 +11,7 @@
 #include "loom/base/testing.h"
 #include "loom/model/thread_collective_test_util.h"
 #include "loom/model/transformer.h"
+#include "loom/model/weight_copy.h"
 
 namespace loom::model {
 namespace {
@@ -22,9 +23,11 @@ using model::testing::ThreadCollective;
 const std::vector<int32_t> kTokens = {1, 403, 407, 261, 378, 432, 383, 286};
 
 // Logits of every position of kTokens (one batch) for one shard set-up.
-std::vector<float> WholeModelLogits(const ModelFile& file) {
+// With `copy`, the weight matrices are first copied out of the file's mapping.
+std::vector<float> WholeModelLogits(const ModelFile& file, bool copy = false) {
   auto w = BindWeights(file);
   EXPECT_TRUE(w.ok()) << w.status().ToString();
+  if (copy) EXPECT_TRUE(CopyMatricesToMemory(&*w).ok());
   base::ThreadPool pool(1);
   auto t = Transformer::Create(*w, {}, pool);
   EXPECT_TRUE(t.ok());
@@ -91,7 +94,8 @@ TEST_F(ShardTest, PipelineStagesHandingOnHiddenStatesMatchWholeModel) {
   ExpectClose(logits);
 }
 
-void RunTensorParallel(const ModelFile& file, int ranks, std::vector<float>* logits) {
+void RunTensorParallel(const ModelFile& file, int ranks, std::vector<float>* logits,
+                       bool copy = false) {
   const HParams& hp = file.hparams;
   ThreadCollective group(ranks);
   std::vector<std::thread> threads;
@@ -109,6 +113,10 @@ void RunTensorParallel(const ModelFile& file, int ranks, std::vector<float>* log
       if (!w.ok()) {
         results[r] = w.status();
         return;
+      }
+      if (copy) {
+        results[r] = CopyMatricesToMemory(&*w);
+        if (!results[r].ok()) return;
       }
       base::ThreadPool pool(1);
       auto t = Transformer::Create(*w, {}, pool);
@@ -131,6 +139,28 @@ TEST_F(ShardTest, TensorParallelShardsSummedMatchWholeModel) {
     std::vector<float> logits(want_.size());
     RunTensorParallel(*file_, ranks, &logits);
     ExpectClose(logits);
+  }
+}
+
+// Copied weights (whole, and TP shards whose column slices were packed already) compute exactly
+// what the mapped ones do: the same bytes, read from elsewhere.
+TEST_F(ShardTest, CopiedWeightsGiveTheSameLogitsBitForBit) {
+  EXPECT_EQ(WholeModelLogits(*file_, /*copy=*/true), want_);
+  std::vector<float> mapped(want_.size()), copied(want_.size());
+  RunTensorParallel(*file_, 2, &mapped);
+  RunTensorParallel(*file_, 2, &copied, /*copy=*/true);
+  EXPECT_EQ(copied, mapped);
+  auto w = BindWeights(*file_);
+  ASSERT_TRUE(w.ok());
+  const int64_t bytes = CopiedMatrixBytes(*w);
+  EXPECT_GT(bytes, 0);
+  ASSERT_TRUE(CopyMatricesToMemory(&*w).ok());
+  ASSERT_EQ(w->owned_bytes.size(), 1u);
+  EXPECT_EQ(w->owned_bytes[0].size(), bytes);
+  const std::byte* begin = w->owned_bytes[0].data();
+  for (const LayerWeights& l : w->layers) {
+    EXPECT_GE(l.w_down.data, begin);
+    EXPECT_LT(l.w_down.data, begin + bytes);
   }
 }
 
