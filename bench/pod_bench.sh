@@ -35,9 +35,18 @@ declare -A gen_tps
 configs=("one process, 2 threads|--threads 2" "one process, 1 thread|--threads 1"
          "TP=2, 1 thread/rank|--tp 2 --threads 1 --backend tcp"
          "PP=2, 1 thread/rank|--pp 2 --threads 1 --backend tcp")
+plan_json() {  # LINK_US -> the plan's JSON (it calibrates on this machine each time)
+  "$loom" plan -m "$model" --ranks 2 --ranks-per-host 2 --link-latency-us "$1" --link-gbps 40 \
+    --json 2>/dev/null
+}
 for delay in $delays; do
   declare -A samples=()
+  link_us=$(awk -v a="$delay" -v b="$base_us" 'BEGIN{print a+b}')
+  # The plan calibrates on the machine as it is at that moment, and the machine drifts: predict
+  # once per round, between the runs, and compare medians with medians.
+  predictions=""
   for ((r = 0; r < repeats; r++)); do
+    predictions+="$(plan_json "$link_us" | jq -c '[.plans[] | select(.feasible)]')"$'\n'
     for c in "${configs[@]}"; do
       name=${c%%|*}
       flags=${c#*|}
@@ -57,11 +66,12 @@ for delay in $delays; do
   done
   base=${gen_tps["$delay|one process, 2 threads"]}
   echo "TP=2 / one process (2 threads): $(awk -v a="${gen_tps["$delay|TP=2, 1 thread/rank"]}" -v b="$base" 'BEGIN{printf "%.2f", a/b}')"
-  link_us=$(awk -v a="$delay" -v b="$base_us" 'BEGIN{print a+b}')
-  echo "plan predictions (2 ranks on this host, ${link_us} us):"
-  "$loom" plan -m "$model" --ranks 2 --ranks-per-host 2 --link-latency-us "$link_us" \
-    --link-gbps 40 --json 2>/dev/null |
-    jq -r '.plans[] | select(.feasible) | "  tp\(.tp) pp\(.pp): generation \(.decode_tokens_per_s*10|round/10) tok/s, prompt \(.prompt_tokens_per_s|round) tok/s"'
+  echo "plan predictions (2 ranks on this host, ${link_us} us; medians of the $repeats rounds' plans):"
+  jq -s -r 'def median: sort | if length % 2 == 1 then .[length / 2 | floor]
+                              else (.[length / 2 - 1] + .[length / 2]) / 2 end;
+    [.[][]] | group_by("\(.tp) \(.pp)")[] |
+    "  tp\(.[0].tp) pp\(.[0].pp): generation \(map(.decode_tokens_per_s) | median * 10 | round / 10) tok/s (\(map(.decode_tokens_per_s * 10 | round / 10) | join(", "))), prompt \(map(.prompt_tokens_per_s) | median | round) tok/s"' \
+    <<<"$predictions"
 done
 
 echo

@@ -1,6 +1,8 @@
 #include "loom/cluster/cost_model.h"
 
 #include <algorithm>
+#include <atomic>
+#include <memory>
 #include <thread>
 
 #include "loom/base/clock.h"
@@ -36,6 +38,43 @@ double DecodeReadBytes(const model::ModelFile& file, const parallel::RankPlan& r
   }
   return std::max(0.0, bytes);
 }
+
+// A barrier for the calibration's copies, met where a tensor-parallel rank all-reduces: spinning
+// (with yields), as the pod's transports wait, since a blocked thread wakes up late here.
+class SpinBarrier {
+ public:
+  explicit SpinBarrier(int parties) : parties_(parties) {}
+
+  void ArriveAndWait() {
+    const int64_t generation = generation_.load(std::memory_order_acquire);
+    if (arrived_.fetch_add(1, std::memory_order_acq_rel) + 1 == parties_) {
+      arrived_.store(0, std::memory_order_relaxed);
+      generation_.fetch_add(1, std::memory_order_acq_rel);
+      return;
+    }
+    for (int i = 0; generation_.load(std::memory_order_acquire) == generation; ++i) {
+      if (i > 1024) std::this_thread::yield();
+    }
+  }
+
+  // One copy's view: its "all-reduce" is the barrier (the values are left as they are).
+  class Member : public model::Collective {
+   public:
+    explicit Member(SpinBarrier* barrier) : barrier_(barrier) {}
+    Status AllReduceSum(float*, int64_t) override {
+      barrier_->ArriveAndWait();
+      return OkStatus();
+    }
+
+   private:
+    SpinBarrier* barrier_;
+  };
+
+ private:
+  const int parties_;
+  std::atomic<int> arrived_{0};
+  std::atomic<int64_t> generation_{0};
+};
 
 Prediction Predict(const model::ModelFile& file, const CostInputs& in, int tp, int pp) {
   const model::HParams& hp = file.hparams;
@@ -168,54 +207,72 @@ StatusOr<RankFacts> Calibrate(const model::ModelFile& file, int ranks_on_host) {
   }
 
   // Decode as it runs: those layers of the real forward pass (attention, norms and all), one token
-  // per step, one thread per copy.  A tensor-parallel step waits for its slowest rank, so the rate
-  // of `copies` at once is the slowest copy's.
-  auto decode_rate = [&](int copies) -> StatusOr<double> {
-    std::vector<double> rates(static_cast<size_t>(copies));
+  // per step, one thread per copy.  Copies running together meet at a barrier wherever a
+  // tensor-parallel rank all-reduces (twice per layer), so each step waits for the slowest copy as
+  // a TP step waits for its slowest rank; the link's own cost is added by the model.
+  std::vector<std::unique_ptr<model::Transformer>> transformers;
+  std::vector<std::unique_ptr<base::ThreadPool>> pools;
+  for (int c = 0; c < copies_max; ++c) {
+    pools.push_back(std::make_unique<base::ThreadPool>(1));
+    model::TransformerOptions options;
+    options.context = 64;
+    options.max_batch = 1;
+    LOOM_ASSIGN_OR_RETURN(auto t, model::Transformer::Create(weights[static_cast<size_t>(c)],
+                                                             options, *pools.back()));
+    transformers.push_back(std::move(t));
+  }
+  // Returns the weight bytes per second of one copy; `steps` = 0: as many steps as fit in 0.15 s
+  // (one copy alone only).
+  auto decode_rate = [&](int copies, int64_t steps) -> StatusOr<double> {
+    SpinBarrier barrier(copies);
+    std::vector<double> seconds(static_cast<size_t>(copies));
+    std::vector<int64_t> done(static_cast<size_t>(copies));
     std::vector<Status> errors(static_cast<size_t>(copies));
     std::vector<std::thread> threads;
     for (int c = 0; c < copies; ++c) {
       threads.emplace_back([&, c] {
         const size_t ci = static_cast<size_t>(c);
-        base::ThreadPool pool(1);
-        model::TransformerOptions options;
-        options.context = 64;
-        options.max_batch = 1;
-        auto t = model::Transformer::Create(weights[ci], options, pool);
-        if (!t.ok()) {
-          errors[ci] = t.status();
-          return;
-        }
+        model::Transformer& t = *transformers[ci];
+        SpinBarrier::Member member(&barrier);
+        t.set_collective(copies > 1 ? &member : nullptr);
         const int32_t token = 1, slot = 0;
         auto step = [&](int32_t pos) {
           const model::Batch batch{{&token, 1}, {&pos, 1}, {&slot, 1}, {}};
-          Status st = (*t)->Embed(batch.tokens);
-          return st.ok() ? (*t)->Layers(batch) : st;
+          Status st = t.Embed(batch.tokens);
+          return st.ok() ? t.Layers(batch) : st;
         };
         // One untimed step maps the file's pages (page faults are load time, not decode time).
         errors[ci] = step(0);
-        int32_t steps = 0;
+        int64_t n = 0;
         base::Stopwatch watch;
-        while (errors[ci].ok() && (watch.Seconds() < 0.15 || steps < 2)) {
-          errors[ci] = step(1 + steps % 62);
-          ++steps;
+        while (errors[ci].ok() && (steps > 0 ? n < steps : watch.Seconds() < 0.15 || n < 2)) {
+          errors[ci] = step(static_cast<int32_t>(1 + n % 62));
+          ++n;
         }
-        rates[ci] = static_cast<double>(volume[ci]) * steps / watch.Seconds();
+        seconds[ci] = watch.Seconds();
+        done[ci] = n;
+        t.set_collective(nullptr);
       });
     }
     for (auto& t : threads) t.join();
     for (const Status& e : errors) LOOM_RETURN_IF_ERROR(e);
-    return *std::min_element(rates.begin(), rates.end());
+    double slowest = 0;
+    for (size_t c = 0; c < seconds.size(); ++c) {
+      slowest = std::max(slowest, seconds[c] / static_cast<double>(done[c]));
+    }
+    return static_cast<double>(volume[0]) / slowest;
   };
   // Memory bandwidth drifts over seconds on shared machines: alternate the two measurements and
   // take the medians.
   constexpr int kRounds = 5;
   std::vector<double> alone, shared;
   for (int round = 0; round < kRounds; ++round) {
-    LOOM_ASSIGN_OR_RETURN(const double a, decode_rate(1));
+    LOOM_ASSIGN_OR_RETURN(const double a, decode_rate(1, 0));
     alone.push_back(a);
     if (ranks_on_host > 1) {
-      LOOM_ASSIGN_OR_RETURN(const double b, decode_rate(ranks_on_host));
+      // As many steps as one copy alone ran in 0.15 s: every copy must take the same number.
+      const int64_t steps = std::max<int64_t>(2, static_cast<int64_t>(0.15 * a / volume[0]));
+      LOOM_ASSIGN_OR_RETURN(const double b, decode_rate(ranks_on_host, steps));
       shared.push_back(b);
     }
   }
