@@ -17,6 +17,7 @@
 #include "loom/model/hf_model.h"
 #include "loom/model/hf_test_util.h"
 #include "loom/model/transformer.h"
+#include "loom/model/weight_copy.h"
 
 namespace loom::model {
 namespace {
@@ -250,6 +251,12 @@ TEST_P(StoriesQuantizedTest, MatchesItsDequantizedReference) {
               a.worst_rel, a.top1_same, a.positions);
   EXPECT_LT(a.worst_rel, c.tolerance);
   EXPECT_GE(a.top1_same, a.positions - 1);
+  // Copied out of the mapping (values and, for MLX, scales and biases), the weights give the same
+  // logits bit for bit.
+  Engine mapped = Load(out), copied = Load(out);
+  ASSERT_TRUE(mapped.t && copied.t);
+  ASSERT_TRUE(CopyMatricesToMemory(copied.weights.get()).ok());
+  EXPECT_EQ(RunTokens(*copied.t, kStoryTokens), RunTokens(*mapped.t, kStoryTokens));
 }
 
 // Tolerances: the GGUF block types multiply 8-bit quantized activations (absmax / 127 per 32
