@@ -6,7 +6,6 @@
 #include <thread>
 
 #include "loom/base/clock.h"
-#include "loom/base/sysinfo.h"
 #include "loom/base/thread_pool.h"
 #include "loom/kernels/matmul.h"
 #include "loom/model/transformer.h"
@@ -183,12 +182,11 @@ StatusOr<RankFacts> Calibrate(const model::ModelFile& file, int ranks_on_host) {
     return bytes;
   };
   const int64_t share = std::max<int64_t>(1, hp.n_layers / copies_max);
-  int64_t layers = 0, volume0 = 0;
-  while (layers < share && volume0 < (int64_t{256} << 20)) volume0 += layer_bytes(layers++);
-  if (volume0 == 0) return NotFoundError(file.path, ": no layer matrices to calibrate with");
+  int64_t layers = 0, volume = 0;  // per copy (the layers of a model are alike)
+  while (layers < share && volume < (int64_t{256} << 20)) volume += layer_bytes(layers++);
+  if (volume == 0) return NotFoundError(file.path, ": no layer matrices to calibrate with");
   // Copy c decodes layers [c * layers, (c + 1) * layers), wrapping round a model with too few.
   std::vector<model::TransformerWeights> weights;
-  std::vector<int64_t> volume;
   for (int c = 0; c < copies_max; ++c) {
     model::ShardSpec shard;
     shard.layer_begin = c * layers + layers <= hp.n_layers ? c * layers : 0;
@@ -196,14 +194,9 @@ StatusOr<RankFacts> Calibrate(const model::ModelFile& file, int ranks_on_host) {
     shard.head = false;
     LOOM_ASSIGN_OR_RETURN(model::TransformerWeights w, model::BindWeights(file, shard));
     // Placed as `loom run` places them by default (engine::WeightPlacement::kAuto).
-    const int64_t available = base::ReadMemoryInfo().available_bytes;
-    if (available > 0 && model::CopiedMatrixBytes(w) < available / 2 / copies_max) {
+    if (model::CopyFitsInMemory(w, copies_max))
       LOOM_RETURN_IF_ERROR(model::CopyMatricesToMemory(&w));
-    }
     weights.push_back(std::move(w));
-    int64_t v = 0;
-    for (int64_t l = shard.layer_begin; l < shard.layer_end; ++l) v += layer_bytes(l);
-    volume.push_back(v);
   }
 
   // Decode as it runs: those layers of the real forward pass (attention, norms and all), one token
@@ -260,7 +253,7 @@ StatusOr<RankFacts> Calibrate(const model::ModelFile& file, int ranks_on_host) {
     for (size_t c = 0; c < seconds.size(); ++c) {
       slowest = std::max(slowest, seconds[c] / static_cast<double>(done[c]));
     }
-    return static_cast<double>(volume[0]) / slowest;
+    return static_cast<double>(volume) / slowest;
   };
   // Memory bandwidth drifts over seconds on shared machines: alternate the two measurements and
   // take the medians.
@@ -271,7 +264,7 @@ StatusOr<RankFacts> Calibrate(const model::ModelFile& file, int ranks_on_host) {
     alone.push_back(a);
     if (ranks_on_host > 1) {
       // As many steps as one copy alone ran in 0.15 s: every copy must take the same number.
-      const int64_t steps = std::max<int64_t>(2, static_cast<int64_t>(0.15 * a / volume[0]));
+      const int64_t steps = std::max<int64_t>(2, static_cast<int64_t>(0.15 * a / volume));
       LOOM_ASSIGN_OR_RETURN(const double b, decode_rate(ranks_on_host, steps));
       shared.push_back(b);
     }

@@ -1,7 +1,6 @@
 #include "loom/engine/loaded_model.h"
 
 #include "loom/base/clock.h"
-#include "loom/base/sysinfo.h"
 #include "loom/model/model_cache.h"
 #include "loom/model/weight_copy.h"
 #include "loom/text/tokenizer_loader.h"
@@ -20,11 +19,9 @@ StatusOr<LoadedModel> LoadModel(const LoadOptions& options) {
   LOOM_ASSIGN_OR_RETURN(model::TransformerWeights weights,
                         model::BindWeights(*m.file, options.shard));
   m.weights = std::make_unique<model::TransformerWeights>(std::move(weights));
-  m.weights_copied = options.weights == WeightPlacement::kCopied;
-  if (options.weights == WeightPlacement::kAuto) {
-    const int64_t available = base::ReadMemoryInfo().available_bytes;
-    m.weights_copied = available > 0 && model::CopiedMatrixBytes(*m.weights) < available / 2;
-  }
+  m.weights_copied =
+      options.weights == WeightPlacement::kCopied ||
+      (options.weights == WeightPlacement::kAuto && model::CopyFitsInMemory(*m.weights));
   if (m.weights_copied) LOOM_RETURN_IF_ERROR(model::CopyMatricesToMemory(m.weights.get()));
   m.pool = std::make_unique<base::ThreadPool>(options.threads);
   model::TransformerOptions t;

@@ -4,6 +4,8 @@
 #include <new>
 #include <vector>
 
+#include "loom/base/sysinfo.h"
+
 namespace loom::model {
 
 namespace {
@@ -60,6 +62,11 @@ int64_t CopiedMatrixBytes(const TransformerWeights& weights) {
     total += MatrixBytes(*m);
   }
   return total;
+}
+
+bool CopyFitsInMemory(const TransformerWeights& weights, int copies) {
+  const int64_t available = base::ReadMemoryInfo().available_bytes;
+  return available > 0 && CopiedMatrixBytes(weights) * copies < available / 2;
 }
 
 Status CopyMatricesToMemory(TransformerWeights* weights) {

@@ -16,4 +16,8 @@ Status CopyMatricesToMemory(TransformerWeights* weights);
 // Bytes CopyMatricesToMemory would allocate.
 int64_t CopiedMatrixBytes(const TransformerWeights& weights);
 
+// Whether copying leaves memory to spare: `copies` such copies made at once take under half of the
+// memory available now (engine::WeightPlacement::kAuto).
+bool CopyFitsInMemory(const TransformerWeights& weights, int copies = 1);
+
 }  // namespace loom::model
