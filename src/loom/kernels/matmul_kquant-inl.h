@@ -24,10 +24,10 @@
 #include <algorithm>
 #include <cstring>
 
-#include "hwy/cache_control.h"
 #include "hwy/highway.h"
 #include "loom/kernels/block_formats.h"
 #include "loom/kernels/kernels_internal.h"
+#include "loom/kernels/stream_avx3-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace loom::kernels::HWY_NAMESPACE {
@@ -203,26 +203,6 @@ HWY_INLINE void ChunkDot(const Chunk& ch, const int8_t* xq, const float* xd, con
 // the activation half sums hs.  4 rows at a time, each with its own f32 accumulator, weights
 // prefetched whole rows ahead (as the Q4_0/Q8_0 decode path of matmul_quant-inl.h).
 
-// How far ahead the weight rows are prefetched (the Q4_0/Q8_0 decode path's measured best).
-inline constexpr int64_t kKPrefetchBytes = 8192;
-
-// Prefetches kBytes bytes at p + offset; integer arithmetic keeps an address past the end of the
-// matrix from being formed as a pointer (prefetches never fault).
-template <int64_t kBytes>
-HWY_INLINE void KPrefetch(const std::byte* p, int64_t offset) {
-  const uintptr_t address = reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(offset);
-  for (int64_t b = 0; b < kBytes; b += 64) {
-    hwy::Prefetch(reinterpret_cast<const std::byte*>(address + static_cast<uintptr_t>(b)));
-  }
-}
-
-// Mask of the first `count` elements of a vector of up to 64 (negative: none).
-HWY_INLINE uint64_t KFirst(int64_t count) {
-  if (count <= 0) return 0;
-  if (count >= 64) return ~uint64_t{0};
-  return (uint64_t{1} << count) - 1;
-}
-
 // Sum of the 8 lanes of v.
 HWY_INLINE float KReduce256(__m256 v) {
   const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -296,7 +276,7 @@ HWY_INLINE LOOM_KERNELS_VNNI_ATTR void Q4KRowTile(const std::byte* const* rows, 
         _mm512_add_ps(_mm512_permutexvar_ps(even, h), _mm512_permutexvar_ps(odd, h)));
     for (int r = 0; r < 4; ++r) {
       const std::byte* blk = rows[r] + k * internal::kQ4KBlockBytes;
-      KPrefetch<144>(blk, prefetch_offset);
+      PrefetchAhead<144>(blk, prefetch_offset);
       uint32_t dd_bits;
       std::memcpy(&dd_bits, blk, sizeof(dd_bits));
       const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(dd_bits)));  // d, dmin
@@ -364,7 +344,7 @@ HWY_INLINE LOOM_KERNELS_VNNI_ATTR void Q6KRowTile(const std::byte* const* rows, 
     for (int v = 0; v < 4; ++v) xv[v] = _mm512_loadu_si512(xq + 64 * v);
     for (int r = 0; r < 4; ++r) {
       const std::byte* blk = rows[r] + k * internal::kQ6KBlockBytes;
-      KPrefetch<256>(blk, prefetch_offset);
+      PrefetchAhead<256>(blk, prefetch_offset);
       uint16_t d_bits;
       std::memcpy(&d_bits, blk + kQ6KD, sizeof(d_bits));
       const __m128 d = _mm_cvtph_ps(_mm_cvtsi32_si128(d_bits));
@@ -401,7 +381,7 @@ HWY_INLINE LOOM_KERNELS_VNNI_ATTR void Q6KRowTile(const std::byte* const* rows, 
 
 // MLX scale (or bias) words of `count` groups at p as f32 lanes 0..count-1 (zeros after).
 HWY_INLINE __m512 KLoadGroupScalars(DType type, const std::byte* p, int64_t count) {
-  const uint64_t mask = KFirst(count);
+  const uint64_t mask = FirstLanes(count);
   if (type == DType::kF32) return _mm512_maskz_loadu_ps(static_cast<__mmask16>(mask), p);
   const __m128i words = _mm_maskz_loadu_epi16(static_cast<__mmask8>(mask), p);
   if (type == DType::kF16) return _mm512_cvtph_ps(_mm256_zextsi128_si256(words));
@@ -440,10 +420,10 @@ HWY_INLINE LOOM_KERNELS_VNNI_ATTR void MlxChunk(const MatrixView& w, const int64
   __m512i a, b;
   __m512 dx, h;
   if constexpr (kTail) {
-    a = _mm512_maskz_loadu_epi8(KFirst(32 * valid_blocks), xq);
-    b = _mm512_maskz_loadu_epi8(KFirst(32 * valid_blocks - 64), xq + 64);
-    dx = _mm512_maskz_loadu_ps(static_cast<__mmask16>(KFirst(valid_blocks)), xd + 4 * chunk);
-    h = _mm512_maskz_loadu_ps(static_cast<__mmask16>(KFirst(2 * valid_blocks)), hs + 8 * chunk);
+    a = _mm512_maskz_loadu_epi8(FirstLanes(32 * valid_blocks), xq);
+    b = _mm512_maskz_loadu_epi8(FirstLanes(32 * valid_blocks - 64), xq + 64);
+    dx = _mm512_maskz_loadu_ps(static_cast<__mmask16>(FirstLanes(valid_blocks)), xd + 4 * chunk);
+    h = _mm512_maskz_loadu_ps(static_cast<__mmask16>(FirstLanes(2 * valid_blocks)), hs + 8 * chunk);
   } else {
     a = _mm512_loadu_si512(xq);
     b = _mm512_loadu_si512(xq + 64);
@@ -478,15 +458,15 @@ HWY_INLINE LOOM_KERNELS_VNNI_ATTR void MlxChunk(const MatrixView& w, const int64
   for (int r = 0; r < 4; ++r) {
     const std::byte* p = w.data + row_ids[r] * w.row_stride + chunk * kChunkBytes;
     const int64_t scale_offset = row_ids[r] * w.scale_row_stride + group0 * scale_bytes;
-    KPrefetch<kChunkBytes>(p, prefetch_rows * w.row_stride);
-    KPrefetch<1>(w.scales + scale_offset, prefetch_rows * w.scale_row_stride);
-    KPrefetch<1>(w.biases + scale_offset, prefetch_rows * w.scale_row_stride);
+    PrefetchAhead<kChunkBytes>(p, prefetch_rows * w.row_stride);
+    PrefetchAhead<1>(w.scales + scale_offset, prefetch_rows * w.scale_row_stride);
+    PrefetchAhead<1>(w.biases + scale_offset, prefetch_rows * w.scale_row_stride);
     const __m512 scale = KLoadGroupScalars(w.scale_type, w.scales + scale_offset, groups);
     const __m512 bias = KLoadGroupScalars(w.scale_type, w.biases + scale_offset, groups);
     const __m512i zero = _mm512_setzero_si512();
     if constexpr (kBits == 4) {
       const __m512i q =
-          kTail ? _mm512_maskz_loadu_epi8(KFirst(16 * valid_blocks), p) : _mm512_loadu_si512(p);
+          kTail ? _mm512_maskz_loadu_epi8(FirstLanes(16 * valid_blocks), p) : _mm512_loadu_si512(p);
       __m512i sum = _mm512_dpbusd_epi32(zero, _mm512_and_si512(q, nibble), xv[0]);
       sum = _mm512_dpbusd_epi32(sum, _mm512_and_si512(_mm512_srli_epi16(q, 4), nibble), xv[1]);
       acc[r] = _mm512_fmadd_ps(
@@ -495,7 +475,7 @@ HWY_INLINE LOOM_KERNELS_VNNI_ATTR void MlxChunk(const MatrixView& w, const int64
     } else {
       for (int k = 0; k < 2; ++k) {
         const __m512i q =
-            kTail ? _mm512_maskz_loadu_epi8(KFirst(32 * valid_blocks - 64 * k), p + 64 * k)
+            kTail ? _mm512_maskz_loadu_epi8(FirstLanes(32 * valid_blocks - 64 * k), p + 64 * k)
                   : _mm512_loadu_si512(p + 64 * k);
         const __m512i sum = _mm512_dpbusd_epi32(zero, q, xv[k]);
         acc[r] = _mm512_fmadd_ps(
@@ -565,7 +545,7 @@ LOOM_KERNELS_VNNI_ATTR void KVnniRows(const MatrixView& w, int64_t row_begin, in
   const int64_t block_bytes8 =
       kType == DType::kMlx4 ? Traits(w.type).block_bytes * 8 : Traits(kType).block_bytes;
   const int64_t row_bytes = std::max<int64_t>(1, w.cols / 32 * block_bytes8 / 8);
-  const int64_t prefetch_rows = (kKPrefetchBytes + row_bytes - 1) / row_bytes;
+  const int64_t prefetch_rows = (kPrefetchBytes + row_bytes - 1) / row_bytes;
   const int64_t act_chunk = std::max<int64_t>(1, (int64_t{256} << 10) / x_stride);
   for (int64_t i0 = 0; i0 < n; i0 += act_chunk) {
     const int64_t i1 = std::min(n, i0 + act_chunk);

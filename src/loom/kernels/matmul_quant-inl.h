@@ -28,10 +28,10 @@
 #include <array>
 #include <cstring>
 
-#include "hwy/cache_control.h"
 #include "hwy/highway.h"
 #include "loom/base/half.h"
 #include "loom/kernels/kernels_internal.h"
+#include "loom/kernels/stream_avx3-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace loom::kernels::HWY_NAMESPACE {
@@ -93,29 +93,10 @@ alignas(64) inline constexpr std::array<uint8_t, 64> kQ8Hi = Q8HiIndex();
 alignas(64) inline constexpr std::array<uint16_t, 32> kQ4Scale = ScaleIndex(DType::kQ4_0);
 alignas(64) inline constexpr std::array<uint16_t, 32> kQ8Scale = ScaleIndex(DType::kQ8_0);
 
-// Prefetches the kBytes bytes at p + offset: the weights `offset` bytes ahead of those being
-// multiplied.  Prefetches never fault; integer arithmetic keeps an address past the end of the
-// matrix from being formed as a pointer.
-template <int64_t kBytes>
-HWY_INLINE void PrefetchAhead(const std::byte* p, int64_t offset) {
-  const uintptr_t address = reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(offset);
-  for (int64_t b = 0; b < kBytes; b += 64) {
-    hwy::Prefetch(reinterpret_cast<const std::byte*>(address + static_cast<uintptr_t>(b)));
-  }
-}
-
-// Mask of the first `count` bytes of a 64-byte load (masked-out bytes are never read, so loads
-// near the end of a mapping cannot fault).
-HWY_INLINE __mmask64 FirstBytes(int64_t count) {
-  if (count <= 0) return 0;
-  if (count >= 64) return ~__mmask64{0};
-  return (__mmask64{1} << count) - 1;
-}
-
 template <bool kTail>
 HWY_INLINE __m512i LoadBytes(const std::byte* p, int64_t valid) {
   if constexpr (kTail) {
-    return _mm512_maskz_loadu_epi8(FirstBytes(valid), p);
+    return _mm512_maskz_loadu_epi8(FirstLanes(valid), p);
   } else {
     return _mm512_loadu_si512(p);
   }
@@ -309,9 +290,6 @@ HWY_INLINE LOOM_KERNELS_VNNI_ATTR void RowTile(const std::byte* const* rows, int
   for (int r = 0; r < rows_valid; ++r) y[r] = _mm512_reduce_add_ps(acc[r]);
 }
 
-// How far ahead of the rows being multiplied the weights are prefetched (8 KiB measured best of
-// 2-16 KiB for n = 1 on Zen 5).
-inline constexpr int64_t kPrefetchBytes = 8192;
 // Activation rows per register tile of the batched product: 8 accumulators + the decoded quad +
 // temporaries fit the 32 vector registers (measured: 8 beats 2, 4, 6, 10, 12 and 16).
 inline constexpr int kTileActs = 8;
