@@ -2,8 +2,8 @@
 # The README's first command: installs what is missing, builds Loom, writes a synthetic
 # TinyLlama-1.1B-shaped model (RANDOM weights: the text is gibberish, the speed is real),
 # generates text with it in one process, then runs the same prompt on pods of local ranks
-# (pipeline-parallel PP=2 and tensor-parallel TP=2): the tokens next to one process's, and the
-# speeds; then the same comparison on a small float model, where every run must be identical.
+# (pipeline-parallel PP=2 and tensor-parallel TP=2): the tokens next to one process's (identical:
+# docs/parallel.md, "Exactness"), and the speeds; then the same comparison on a small float model.
 #
 #   scripts/quickstart.sh [PROMPT]
 #
@@ -58,10 +58,7 @@ echo
 echo "== $shape $type: one process and pods of 2 local ranks, greedy, 32 tokens" >&2
 pod_table "$model" 32
 
-# Exactness: pods compute the same model, but tensor parallelism adds partial sums in another
-# order, and with 8-bit quantized activations (Q4_0/Q8_0 kernels) a last-bit difference can cross a
-# rounding boundary; on random weights, whose next-token scores are nearly flat, that can flip a
-# greedy choice. With float weights the same comparison is exact token for token:
+# The same comparison on a small float model (float activations, no quantization step):
 small="$cache/models/synth-small-f32.gguf"
 [ -f "$small" ] || "$loom" synth --shape small --type f32 -o "$small" >/dev/null
 echo

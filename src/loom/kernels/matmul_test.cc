@@ -14,6 +14,7 @@
 
 #include "loom/base/thread_pool.h"
 #include "loom/kernels/kernels_test_util.h"
+#include "loom/kernels/ops.h"
 #include "loom/kernels/quantize.h"
 #include "loom/kernels/reference.h"
 
@@ -275,6 +276,85 @@ TEST_P(MatMulTest, MultiEqualsSeparateProducts) {
       }
     }
   });
+}
+
+// A product with k_leaves = L sums L column slices computed on their own in SumTree's order, so
+// the sum of a tensor-parallel slice holding a subtree of leaves enters the total exactly.
+TEST_P(MatMulTest, LeavesAreColumnSlicesAddedInATree) {
+  const DType type = GetParam();
+  const int64_t rows = 13, cols = 1024, width = 256;
+  const TestMatrix m(type, rows, cols, 21);
+  ASSERT_EQ(KLeaves(m.view, cols), 4);
+  MatrixView leaves = m.view;
+  leaves.k_leaves = 4;
+  ForEachSimdTarget([&] {
+    for (int64_t n : {1, 5, 9}) {
+      const std::vector<float> x = RandomVector(n * cols, 22);
+      // x's columns of one slice, as a dense (n, count) array.
+      auto columns = [&](int64_t begin, int64_t count) {
+        std::vector<float> out(static_cast<size_t>(n * count));
+        for (int64_t i = 0; i < n; ++i) {
+          std::copy_n(x.data() + i * cols + begin, count, out.data() + i * count);
+        }
+        return out;
+      };
+      for (int threads : {1, 2, 3}) {
+        SCOPED_TRACE(std::to_string(n) + " rows, " + std::to_string(threads) + " threads");
+        Workspace ws;
+        std::vector<float> y(static_cast<size_t>(n * rows), NAN);
+        MatMul(leaves, x.data(), n, y.data(), ws, Pool(threads));
+        ExpectMatchesReference(m.view, x.data(), n, y.data());
+        // Leaf by leaf, added in the tree.
+        std::vector<std::vector<float>> parts;
+        for (int64_t l = 0; l < 4; ++l) {
+          parts.emplace_back(static_cast<size_t>(n * rows));
+          MatMul(m.view.ColRange(l * width, width), columns(l * width, width).data(), n,
+                 parts.back().data(), ws, Pool(1));
+        }
+        float* ptrs[4] = {parts[0].data(), parts[1].data(), parts[2].data(), parts[3].data()};
+        SumTree(ptrs, 4, n * rows);
+        EXPECT_EQ(y, parts[0]);
+        // Two halves as two tensor-parallel ranks would hold them, then their sum.
+        std::vector<float> halves[2];
+        for (int h = 0; h < 2; ++h) {
+          MatrixView half = m.view.ColRange(h * 2 * width, 2 * width);
+          half.k_leaves = SliceKLeaves(half, cols, h * 2 * width);
+          ASSERT_EQ(half.k_leaves, 2);
+          halves[h].resize(static_cast<size_t>(n * rows));
+          MatMul(half, columns(h * 2 * width, 2 * width).data(), n, halves[h].data(), ws,
+                 Pool(threads));
+        }
+        Add(halves[1].data(), n * rows, halves[0].data());
+        EXPECT_EQ(y, halves[0]);
+      }
+    }
+  });
+}
+
+TEST(KLeavesTest, SlicesHoldingWholeSubtreesKeepTheirLeaves) {
+  const MatrixView q4{DType::kQ4_0, 8, 2048};
+  EXPECT_EQ(KLeaves(q4, 2048), 4);
+  EXPECT_EQ(KLeaves(q4, 5632), 4);  // 1408 values each
+  EXPECT_EQ(KLeaves(q4, 512), 2);   // leaves of at least kMinLeafCols
+  EXPECT_EQ(KLeaves(q4, 96), 1);
+  const MatrixView q4k{DType::kQ4_K, 8, 5632};
+  EXPECT_EQ(KLeaves(q4k, 5632), 2);  // 22 blocks of 256: halves of 11
+  const MatrixView f32{DType::kF32, 8, 1000};
+  EXPECT_EQ(KLeaves(f32, 1000), 2);
+  struct Slice {
+    int64_t begin, count, leaves;
+  };
+  for (const Slice& s : std::vector<Slice>{{0, 2048, 4},
+                                           {0, 1024, 2},
+                                           {1024, 1024, 2},
+                                           {1536, 512, 1},
+                                           {512, 1024, 1},    // leaves 1-2: not one subtree
+                                           {0, 1536, 1},      // three leaves
+                                           {256, 512, 1}}) {  // cuts leaves
+    MatrixView v = q4;
+    v.cols = s.count;
+    EXPECT_EQ(SliceKLeaves(v, 2048, s.begin), s.leaves) << s.begin << " +" << s.count;
+  }
 }
 
 TEST_P(MatMulTest, DoesNotAllocateAfterWarmup) {

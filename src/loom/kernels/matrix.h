@@ -23,6 +23,10 @@ struct MatrixView {
   int64_t scale_row_stride = 0;       // bytes between rows of scales (and of biases)
   DType scale_type = DType::kBF16;    // kF32, kF16 or kBF16
   int64_t group_size = 0;             // values per group: 32, 64 or 128
+  // The product sums its cols as this many equal column slices ("leaves"), each reduced on its
+  // own and then added in a fixed balanced tree (kernels/matmul.h, KLeaves): 1 for most matrices.
+  // A value that does not cut cols into at most kMaxKLeaves slices of whole blocks counts as 1.
+  int64_t k_leaves = 1;
 
   // Rows [begin, begin + count).
   MatrixView RowRange(int64_t begin, int64_t count) const {

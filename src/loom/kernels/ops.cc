@@ -231,6 +231,11 @@ void SwiGlu(const float* gate, const float* up, int64_t n, float* out) {
   HWY_DYNAMIC_DISPATCH(SwiGluImpl)(gate, up, n, out);
 }
 void Add(const float* x, int64_t n, float* y) { HWY_DYNAMIC_DISPATCH(AddImpl)(x, n, y); }
+void SumTree(float* const* parts, int64_t num_parts, int64_t n) {
+  for (int64_t step = 1; step < num_parts; step *= 2) {
+    for (int64_t i = 0; i + step < num_parts; i += 2 * step) Add(parts[i + step], n, parts[i]);
+  }
+}
 float Dot(const float* a, const float* b, int64_t n) {
   return HWY_DYNAMIC_DISPATCH(DotImpl)(a, b, n);
 }

@@ -29,6 +29,11 @@ void SwiGlu(const float* gate, const float* up, int64_t n, float* out);
 // y(n) += x(n)
 void Add(const float* x, int64_t n, float* y);
 
+// parts[0](n) = the sum of parts[0..num_parts)(n), added as a balanced tree: pairs (0,1), (2,3),
+// ... first, then pairs of those sums, and so on.  A sum of a whole subtree computed elsewhere
+// (another rank's leaves, kernels/matmul.h) therefore enters the total exactly as it would here.
+void SumTree(float* const* parts, int64_t num_parts, int64_t n);
+
 // Returns sum(a(n) * b(n)).
 float Dot(const float* a, const float* b, int64_t n);
 

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "loom/base/half.h"
+#include "loom/kernels/matmul.h"
 
 namespace loom::model {
 
@@ -147,6 +148,10 @@ Status BindLlamaTensors(const ModelFile& file, TransformerWeights* w) {
         L.w_up, BindRows(file, p + "ffn_up.weight", hp.ffn_dim, hp.dim, d.ffn_begin, d.ffn_dim));
     LOOM_ASSIGN_OR_RETURN(L.w_down, BindCols(file, p + "ffn_down.weight", hp.dim, hp.ffn_dim,
                                              d.ffn_begin, d.ffn_dim, w));
+    // The row-split products sum their columns in the canonical leaf tree (kernels/matmul.h), so
+    // one process and tensor-parallel ranks get the same bits.
+    L.wo.k_leaves = kernels::SliceKLeaves(L.wo, q_dim, q0);
+    L.w_down.k_leaves = kernels::SliceKLeaves(L.w_down, hp.ffn_dim, d.ffn_begin);
   }
   return OkStatus();
 }

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "loom/base/testing.h"
+#include "loom/model/model_test_util.h"
 #include "loom/model/thread_collective_test_util.h"
 #include "loom/model/transformer.h"
 #include "loom/model/weight_copy.h"
@@ -23,11 +24,17 @@ using model::testing::ThreadCollective;
 const std::vector<int32_t> kTokens = {1, 403, 407, 261, 378, 432, 383, 286};
 
 // Logits of every position of kTokens (one batch) for one shard set-up.
-// With `copy`, the weight matrices are first copied out of the file's mapping.
-std::vector<float> WholeModelLogits(const ModelFile& file, bool copy = false) {
+// With `copy`, the weight matrices are first copied out of the file's mapping; without `leaves`,
+// the row-split products sum each row in one piece instead of their canonical leaf tree.
+std::vector<float> WholeModelLogits(const ModelFile& file, bool copy = false, bool leaves = true) {
   auto w = BindWeights(file);
   EXPECT_TRUE(w.ok()) << w.status().ToString();
-  if (copy) EXPECT_TRUE(CopyMatricesToMemory(&*w).ok());
+  if (copy) {
+    EXPECT_TRUE(CopyMatricesToMemory(&*w).ok());
+  }
+  if (!leaves) {
+    for (LayerWeights& l : w->layers) l.wo.k_leaves = l.w_down.k_leaves = 1;
+  }
   base::ThreadPool pool(1);
   auto t = Transformer::Create(*w, {}, pool);
   EXPECT_TRUE(t.ok());
@@ -161,6 +168,43 @@ TEST_F(ShardTest, CopiedWeightsGiveTheSameLogitsBitForBit) {
   for (const LayerWeights& l : w->layers) {
     EXPECT_GE(l.w_down.data, begin);
     EXPECT_LT(l.w_down.data, begin + bytes);
+  }
+}
+
+// Row-split products add their column leaves in one fixed tree (kernels/matmul.h) and the ranks'
+// partial sums are added in the same tree, so tensor-parallel logits equal one process's bit for
+// bit, also where 8-bit activation quantization would turn any other order's last-bit differences
+// into different values.  Synthetic models sized to have several leaves per row-split product.
+TEST(ShardExactTest, TensorParallelLogitsEqualOneProcessBitForBit) {
+  struct Case {
+    kernels::DType type;
+    int64_t dim, heads, ffn;
+    std::vector<int> ranks;
+  };
+  const std::vector<Case> cases = {{kernels::DType::kQ4_0, 1024, 8, 2048, {2, 4}},
+                                   {kernels::DType::kQ8_0, 1024, 8, 2048, {2, 4}},
+                                   {kernels::DType::kF16, 1024, 8, 2048, {2, 4}},
+                                   {kernels::DType::kQ4_K, 1024, 8, 2048, {2, 4}}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(kernels::Traits(c.type).name);
+    model::testing::TestModelSpec spec;
+    spec.type = c.type;
+    spec.dim = c.dim;
+    spec.heads = c.heads;
+    spec.kv_heads = 2;
+    spec.ffn = c.ffn;
+    spec.vocab = 512;
+    const std::vector<std::byte> bytes = model::testing::TestGguf(spec);  // the file refers to it
+    auto file = OpenModelFromBytes(bytes, "tp-exact.gguf");
+    ASSERT_TRUE(file.ok()) << file.status().ToString();
+    const std::vector<float> want = WholeModelLogits(**file);
+    // The summation order shows in this model's logits: rows summed in one piece differ.
+    EXPECT_NE(WholeModelLogits(**file, /*copy=*/false, /*leaves=*/false), want);
+    for (int ranks : c.ranks) {
+      std::vector<float> got(want.size());
+      RunTensorParallel(**file, ranks, &got);
+      EXPECT_EQ(got, want) << "tp=" << ranks;
+    }
   }
 }
 

@@ -1,5 +1,5 @@
 // Test-only: tensor-parallel shards run by threads of one process, their partial outputs summed in
-// rank order (a model::Collective without any transport).  Included by *_test.cc files only.
+// SumTree order (a model::Collective without any transport).  Included by *_test.cc files only.
 #pragma once
 
 #include <algorithm>
@@ -7,28 +7,27 @@
 #include <cstdint>
 #include <vector>
 
+#include "loom/kernels/ops.h"
 #include "loom/model/transformer.h"
 
 namespace loom::model::testing {
 
-// Sums buffers across `n` threads: each rank adds its buffer into a shared accumulator in rank
-// order, then copies the total back.
+// Sums buffers across `n` threads as the pod's collective does: every rank sees every rank's
+// buffer and adds them in SumTree's order (kernels/ops.h).
 class ThreadCollective {
  public:
-  explicit ThreadCollective(int n) : n_(n), barrier_(n) {}
+  explicit ThreadCollective(int n) : n_(n), barrier_(n), parts_(static_cast<size_t>(n)) {}
   class Rank : public Collective {
    public:
     Rank(ThreadCollective* g, int rank) : g_(g), rank_(rank) {}
     Status AllReduceSum(float* data, int64_t n) override {
-      if (rank_ == 0) g_->sum_.assign(static_cast<size_t>(n), 0.0f);
+      g_->parts_[static_cast<size_t>(rank_)].assign(data, data + n);
       g_->barrier_.arrive_and_wait();
-      for (int r = 0; r < g_->n_; ++r) {
-        if (r == rank_) {
-          for (int64_t i = 0; i < n; ++i) g_->sum_[static_cast<size_t>(i)] += data[i];
-        }
-        g_->barrier_.arrive_and_wait();
-      }
-      std::copy_n(g_->sum_.begin(), n, data);
+      std::vector<std::vector<float>> copies = g_->parts_;
+      std::vector<float*> parts;
+      for (auto& c : copies) parts.push_back(c.data());
+      kernels::SumTree(parts.data(), g_->n_, n);
+      std::copy_n(parts[0], n, data);
       g_->barrier_.arrive_and_wait();
       return OkStatus();
     }
@@ -41,7 +40,7 @@ class ThreadCollective {
  private:
   int n_;
   std::barrier<> barrier_;
-  std::vector<float> sum_;
+  std::vector<std::vector<float>> parts_;  // (n) each rank's buffer
 };
 
 }  // namespace loom::model::testing

@@ -1,18 +1,34 @@
 #include "loom/parallel/pod_model.h"
 
 #include <cstring>
+#include <vector>
+
+#include "loom/kernels/ops.h"
 
 namespace loom::parallel {
 
 class PodRunner::TpCollective : public model::Collective {
  public:
   explicit TpCollective(comm::Group& group) : group_(group) {}
+  // The ranks' partial sums are added in SumTree's order, so that a row-split product's canonical
+  // leaf tree (kernels/matmul.h) is completed exactly as one process completes it.  Two ranks
+  // need nothing special (one addition commutes); more gather every partial and add them here.
   Status AllReduceSum(float* data, int64_t n) override {
-    return group_.AllReduceSum(data, n, comm::ElementType::kF32);
+    const int ranks = group_.size();
+    if (ranks <= 2) return group_.AllReduceSum(data, n, comm::ElementType::kF32);
+    if (gathered_.size() < ranks * n) gathered_ = base::AlignedBuffer<float>(ranks * n);
+    LOOM_RETURN_IF_ERROR(group_.AllGather(data, gathered_.data(), n * int64_t{sizeof(float)}));
+    parts_.resize(static_cast<size_t>(ranks));
+    for (int r = 0; r < ranks; ++r) parts_[static_cast<size_t>(r)] = gathered_.data() + r * n;
+    kernels::SumTree(parts_.data(), ranks, n);
+    std::memcpy(data, gathered_.data(), static_cast<size_t>(n) * sizeof(float));
+    return OkStatus();
   }
 
  private:
   comm::Group& group_;
+  base::AlignedBuffer<float> gathered_;  // (ranks, n) every rank's partial sums
+  std::vector<float*> parts_;            // (ranks) rows of gathered_
 };
 
 StatusOr<std::unique_ptr<comm::Group>> MakeTensorParallelGroup(comm::Group& world,
