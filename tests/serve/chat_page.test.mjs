@@ -8,7 +8,9 @@ import fs from "node:fs";
 import path from "node:path";
 import { chromium } from "playwright-core";
 
-import { loomRun, metric, requireShared, startServer, storiesModel, tmpDir, waitFor } from "./helpers.mjs";
+import {
+  loomRun, metric, requireShared, startServer, storiesModel, synthModel, tmpDir, waitFor,
+} from "./helpers.mjs";
 
 const CHROMIUM = process.env.LOOM_CHROMIUM || "/usr/bin/chromium";
 const FLAGS = [
@@ -80,7 +82,13 @@ describe("chat page", () => {
 
   test("the stop button ends a long reply and frees the slot", async (t) => {
     if (!guard(t)) return;
-    await page.click("#new-chat");
+    // stories260K's whole 512-token context streams in well under a second, sometimes before the
+    // button can be pressed; a 30M-parameter float model takes seconds for 2000 tokens.
+    const slow = await startServer(await synthModel("f32", "small"), ["--parallel", "2"]);
+    t.after(() => slow.stop());
+    await page.goto(slow.url);
+    await page.waitForSelector("#model option[value='small-f32']", { state: "attached" });
+    await page.click("#settings-toggle");
     await page.fill("#max-tokens", "2000");
     await page.fill("#prompt", "Once upon a time");
     await page.click("#send");
@@ -96,11 +104,11 @@ describe("chat page", () => {
     assert.match(stats, /stopped/);
     assert.ok(await page.isVisible("#send"));
     const freed = await waitFor(async () => {
-      const h = await (await fetch(server.url + "health")).json();
+      const h = await (await fetch(slow.url + "health")).json();
       return h.slots_busy === 0;
     }, { timeoutMs: 3000 });
     assert.ok(freed, "the server still generates for the stopped reply");
-    assert.equal(await metric(server, "loom_requests_cancelled_total"), 1);
+    assert.equal(await metric(slow, "loom_requests_cancelled_total"), 1);
     // The conversation goes on after a stop.
     await page.fill("#max-tokens", "8");
     await page.fill("#prompt", "The dog");

@@ -44,11 +44,11 @@ process.on("exit", () => {
   if (tmpRoot) fs.rmSync(tmpRoot, { recursive: true, force: true });
 });
 
-// A small synthetic model (written once per test file with `loom synth`).
-export async function synthModel(type = "q8_0") {
-  const file = path.join(tmpDir(), `tiny-${type}.gguf`);
+// A synthetic model (written once per test file with `loom synth`); `shape` as `loom synth --shape`.
+export async function synthModel(type = "q8_0", shape = "tiny") {
+  const file = path.join(tmpDir(), `${shape}-${type}.gguf`);
   if (!fs.existsSync(file)) {
-    await execFileP(LOOM, ["synth", "--shape", "tiny", "--type", type, "--seed", "3", "-o", file]);
+    await execFileP(LOOM, ["synth", "--shape", shape, "--type", type, "--seed", "3", "-o", file]);
   }
   return file;
 }
