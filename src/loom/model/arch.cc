@@ -5,6 +5,7 @@
 
 #include "loom/base/half.h"
 #include "loom/kernels/matmul.h"
+#include "loom/model/weight_copy.h"
 
 namespace loom::model {
 
@@ -65,21 +66,6 @@ StatusOr<kernels::MatrixView> BindRows(const ModelFile& file, const std::string&
   return m.RowRange(begin, count);
 }
 
-namespace {
-
-// Copies `bytes` bytes of each of `rows` rows, `stride` apart from `src`, back to back into a new
-// buffer owned by `weights`.
-const std::byte* PackRows(const std::byte* src, int64_t rows, int64_t bytes, int64_t stride,
-                          TransformerWeights* weights) {
-  base::AlignedBuffer<std::byte>& dst = weights->owned_bytes.emplace_back(rows * bytes);
-  for (int64_t r = 0; r < rows; ++r) {
-    std::memcpy(dst.data() + r * bytes, src + r * stride, static_cast<size_t>(bytes));
-  }
-  return dst.data();
-}
-
-}  // namespace
-
 StatusOr<kernels::MatrixView> BindCols(const ModelFile& file, const std::string& name, int64_t rows,
                                        int64_t cols, int64_t begin, int64_t count,
                                        TransformerWeights* weights) {
@@ -91,15 +77,8 @@ StatusOr<kernels::MatrixView> BindCols(const ModelFile& file, const std::string&
   }
   kernels::MatrixView v = m.ColRange(begin, count);
   if (count == cols) return v;
-  LOOM_ASSIGN_OR_RETURN(const int64_t row_bytes, kernels::RowBytes(v.type, count));
-  v.data = PackRows(v.data, v.rows, row_bytes, v.row_stride, weights);
-  v.row_stride = row_bytes;
-  if (v.scales != nullptr) {  // MLX: the groups' scales and biases
-    const int64_t scale_bytes = count / v.group_size * kernels::Traits(v.scale_type).block_bytes;
-    v.scales = PackRows(v.scales, v.rows, scale_bytes, v.scale_row_stride, weights);
-    v.biases = PackRows(v.biases, v.rows, scale_bytes, v.scale_row_stride, weights);
-    v.scale_row_stride = scale_bytes;
-  }
+  // A buffer of the slice's own, rows back to back (MLX: with its scales and biases).
+  PackMatrix(&v, weights->owned_bytes.emplace_back(PackedMatrixBytes(v)).data());
   return v;
 }
 

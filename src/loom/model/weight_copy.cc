@@ -35,12 +35,6 @@ int64_t ScaleRowBytes(const kernels::MatrixView& m) {
   return m.cols / m.group_size * kernels::Traits(m.scale_type).block_bytes;
 }
 
-int64_t MatrixBytes(const kernels::MatrixView& m) {
-  int64_t bytes = AlignUp(m.rows * ValueRowBytes(m));
-  if (m.scales != nullptr) bytes += 2 * AlignUp(m.rows * ScaleRowBytes(m));
-  return bytes;
-}
-
 // Copies `rows` rows of `bytes` bytes, `stride` apart, to dst; returns dst.
 const std::byte* CopyRows(const std::byte* src, int64_t rows, int64_t bytes, int64_t stride,
                           std::byte* dst) {
@@ -56,10 +50,30 @@ const std::byte* CopyRows(const std::byte* src, int64_t rows, int64_t bytes, int
 
 }  // namespace
 
+int64_t PackedMatrixBytes(const kernels::MatrixView& m) {
+  int64_t bytes = AlignUp(m.rows * ValueRowBytes(m));
+  if (m.scales != nullptr) bytes += 2 * AlignUp(m.rows * ScaleRowBytes(m));
+  return bytes;
+}
+
+void PackMatrix(kernels::MatrixView* m, std::byte* dst) {
+  const int64_t row_bytes = ValueRowBytes(*m);
+  m->data = CopyRows(m->data, m->rows, row_bytes, m->row_stride, dst);
+  m->row_stride = row_bytes;
+  dst += AlignUp(m->rows * row_bytes);
+  if (m->scales != nullptr) {
+    const int64_t scale_bytes = ScaleRowBytes(*m);
+    m->scales = CopyRows(m->scales, m->rows, scale_bytes, m->scale_row_stride, dst);
+    dst += AlignUp(m->rows * scale_bytes);
+    m->biases = CopyRows(m->biases, m->rows, scale_bytes, m->scale_row_stride, dst);
+    m->scale_row_stride = scale_bytes;
+  }
+}
+
 int64_t CopiedMatrixBytes(const TransformerWeights& weights) {
   int64_t total = 0;
   for (const kernels::MatrixView* m : Streamed(weights)) {
-    total += MatrixBytes(*m);
+    total += PackedMatrixBytes(*m);
   }
   return total;
 }
@@ -80,18 +94,9 @@ Status CopyMatricesToMemory(TransformerWeights* weights) {
   }
   std::byte* at = buffer.data();
   for (kernels::MatrixView* m : Streamed(*weights)) {
-    const int64_t row_bytes = ValueRowBytes(*m);
-    m->data = CopyRows(m->data, m->rows, row_bytes, m->row_stride, at);
-    m->row_stride = row_bytes;
-    at += AlignUp(m->rows * row_bytes);
-    if (m->scales != nullptr) {
-      const int64_t scale_bytes = ScaleRowBytes(*m);
-      m->scales = CopyRows(m->scales, m->rows, scale_bytes, m->scale_row_stride, at);
-      at += AlignUp(m->rows * scale_bytes);
-      m->biases = CopyRows(m->biases, m->rows, scale_bytes, m->scale_row_stride, at);
-      at += AlignUp(m->rows * scale_bytes);
-      m->scale_row_stride = scale_bytes;
-    }
+    const int64_t bytes = PackedMatrixBytes(*m);  // before PackMatrix re-points m
+    PackMatrix(m, at);
+    at += bytes;
   }
   // Every matrix that pointed into a BindCols pack now has its own copy.
   weights->owned_bytes.clear();

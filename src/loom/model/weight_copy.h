@@ -1,4 +1,5 @@
-// Copying a shard's weight matrices out of the model file's mapping into memory of the process.
+// Copying weight matrices out of the model file's mapping into memory of the process: one matrix
+// packed (a tensor-parallel column slice, BindCols) or all of a shard's (CopyMatricesToMemory).
 #pragma once
 
 #include "loom/base/status.h"
@@ -12,6 +13,13 @@ namespace loom::model {
 // released.  Decoding reads each weight once per token: with 4 KiB pages of a file mapping, a
 // page-table walk every 4 KiB slows that stream (measured ~5% in our VMs).
 Status CopyMatricesToMemory(TransformerWeights* weights);
+
+// Bytes PackMatrix writes for m: its rows back to back, then (MLX) its scales' and biases' rows,
+// each part starting 64-byte aligned.
+int64_t PackedMatrixBytes(const kernels::MatrixView& m);
+// Copies m's rows (and MLX scales and biases) to dst (64-byte aligned, PackedMatrixBytes(m) bytes)
+// as PackedMatrixBytes describes, and points m at the copy.
+void PackMatrix(kernels::MatrixView* m, std::byte* dst);
 
 // Bytes CopyMatricesToMemory would allocate.
 int64_t CopiedMatrixBytes(const TransformerWeights& weights);
