@@ -136,6 +136,50 @@ for (const which of ["stories260K", "synthetic q8_0"]) {
       assert.ok(chunks.at(-1).choices[0].finish_reason);
     });
 
+    test("the final chunk and whole responses carry the server's timings", async (t) => {
+      if (!guard(t)) return;
+      const body = { model: name(), prompt: PROMPTS[0], max_tokens: 12, temperature: 0,
+                     ignore_eos: true };
+      const post = (b) => fetch(server.base + "/completions", {
+        method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(b),
+      });
+      const events = await readSse(await post({ ...body, stream: true }));
+      const chunks = events.slice(0, -1);
+      // Only the chunk that carries finish_reason has them.
+      assert.deepEqual(chunks.map((c) => "timings" in c), chunks.map((c, i) => i === chunks.length - 1));
+      const whole = await (await post(body)).json();
+      for (const timings of [chunks.at(-1).timings, whole.timings]) {
+        assert.equal(timings.predicted_n, 12);
+        assert.ok(timings.prompt_n > 0);
+        assert.ok(timings.ttft_ms > 0 && timings.ttft_ms >= timings.queue_ms, JSON.stringify(timings));
+        assert.ok(timings.predicted_ms > 0);
+        const rate = 11 / (timings.predicted_ms / 1000);
+        assert.ok(Math.abs(timings.predicted_per_second - rate) <= 1e-6 * rate, JSON.stringify(timings));
+      }
+    });
+
+    test("return_token_ids: the ids of prompt and reply, and a continuation from them is exact", async (t) => {
+      if (!guard(t)) return;
+      const want = await loomRun(model, PROMPTS[1], 16);
+      const post = (b) => fetch(server.base + "/completions", {
+        method: "POST", headers: { "Content-Type": "application/json" },
+        body: JSON.stringify({ model: name(), max_tokens: 16, temperature: 0, return_token_ids: true, ...b }),
+      });
+      const whole = await (await post({ prompt: PROMPTS[1] })).json();
+      assert.deepEqual(whole.prompt_token_ids, want.prompt_token_ids);
+      assert.deepEqual(whole.choices[0].token_ids, want.generated_token_ids);
+      const events = (await readSse(await post({ prompt: PROMPTS[1], stream: true }))).slice(0, -1);
+      assert.deepEqual(events[0].prompt_token_ids, want.prompt_token_ids);
+      assert.deepEqual(events.flatMap((c) => c.choices[0].token_ids), want.generated_token_ids);
+      assert.equal(events.map((c) => c.choices[0].text).join(""), want.text);
+      // Resuming from the prompt plus the first k generated ids gives the rest of the same text.
+      const k = 5;
+      const rest = await (await post({
+        prompt: [...want.prompt_token_ids, ...want.generated_token_ids.slice(0, k)], max_tokens: 16 - k,
+      })).json();
+      assert.deepEqual(rest.choices[0].token_ids, want.generated_token_ids.slice(k));
+    });
+
     test("log-probabilities: one entry per token, the greedy choice on top", async (t) => {
       if (!guard(t)) return;
       const r = await client.chat.completions.create({

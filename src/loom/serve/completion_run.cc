@@ -31,9 +31,12 @@ struct Run {
   bool stream = false;
   bool include_usage = false;
   bool logprobs = false;
+  bool token_ids = false;          // return_token_ids
+  std::vector<int32_t> prompt;     // (prompt tokens) when token_ids
   std::string id;
   int64_t created = 0;
-  double received_at = 0;
+  double received_at = 0;   // the request's head arrived (seconds, base::NowSeconds)
+  double submitted_at = 0;  // handed to the engine, whose timings count from here
   std::shared_ptr<engine::Completion> completion;
   std::atomic<bool> ready{false};  // the response head is out; the pump may write
 
@@ -45,6 +48,7 @@ struct Run {
   json lp_token_logprobs = json::array();
   json lp_top = json::array();
   json lp_offsets = json::array();
+  json generated_ids = json::array();    // non-streaming with token_ids: every generated id
   int32_t prev_id = -1;     // the token before the next one (for piece texts)
   int64_t text_offset = 0;  // completions: offset of the next token's text
   bool first_token_seen = false;
@@ -116,6 +120,26 @@ json Usage(const engine::CompletionOutput& o) {
               {"total_tokens", o.prompt_tokens + o.completion_tokens}};
 }
 
+// The server's own figures for one finished completion, sent with the final chunk (and in whole
+// responses) as llama-server does, so a client's speed read-out does not depend on how the stream
+// was cut into network reads.  ttft_ms counts from the request's arrival; predicted_ms spans the
+// first to the last generated token, so the rate is over predicted_n - 1 intervals.
+json Timings(const Run& r, const engine::CompletionOutput& o) {
+  const double setup_s = r.submitted_at - r.received_at;
+  json t;
+  t["prompt_n"] = o.prompt_tokens;
+  t["queue_ms"] = (setup_s + o.queue_seconds) * 1e3;
+  t["ttft_ms"] = o.first_token_seconds > 0 ? json((setup_s + o.first_token_seconds) * 1e3)
+                                           : json(nullptr);
+  t["predicted_n"] = o.completion_tokens;
+  t["predicted_ms"] = o.decode_seconds * 1e3;
+  t["predicted_per_second"] =
+      o.completion_tokens > 1 && o.decode_seconds > 0
+          ? json(static_cast<double>(o.completion_tokens - 1) / o.decode_seconds)
+          : json(nullptr);
+  return t;
+}
+
 json ChunkBase(const Run& r) {
   json c;
   c["id"] = r.id;
@@ -125,9 +149,15 @@ json ChunkBase(const Run& r) {
   return c;
 }
 
-// A streamed chunk with new text (and/or its log-probabilities) or the finish reason.
+json IdsOf(const std::vector<engine::GeneratedToken>& tokens) {
+  json a = json::array();
+  for (const engine::GeneratedToken& t : tokens) a.push_back(t.id);
+  return a;
+}
+
+// A streamed chunk with new text (and/or its log-probabilities, token ids) or the finish reason.
 json Chunk(const Run& r, std::string_view text, const json& logprobs, const json& finish,
-           bool first_chat_chunk = false) {
+           bool first_chat_chunk = false, const json* token_ids = nullptr) {
   json c = ChunkBase(r);
   json choice;
   choice["index"] = 0;
@@ -141,6 +171,7 @@ json Chunk(const Run& r, std::string_view text, const json& logprobs, const json
   }
   choice["logprobs"] = logprobs;
   choice["finish_reason"] = finish;
+  if (r.token_ids) choice["token_ids"] = token_ids ? *token_ids : json::array();
   c["choices"] = json::array({std::move(choice)});
   if (r.include_usage) c["usage"] = nullptr;
   return c;
@@ -166,8 +197,13 @@ json WholeResponse(const Run& r) {
                                     : json(nullptr);
   }
   choice["finish_reason"] = std::string(engine::FinishReasonForApi(r.out.finish));
+  if (r.token_ids) {
+    choice["token_ids"] = r.generated_ids;
+    c["prompt_token_ids"] = r.prompt;
+  }
   c["choices"] = json::array({std::move(choice)});
   c["usage"] = Usage(r.out);
+  c["timings"] = Timings(r, r.out);
   return c;
 }
 
@@ -184,11 +220,16 @@ void Pump(Run& r, Exchange& ex) {
   const json logprobs =
       r.logprobs && !r.out.tokens.empty() ? LogprobsOf(r, r.out.tokens) : json(nullptr);
   if (r.stream) {
-    if (!r.out.text.empty() || !logprobs.is_null()) {
-      ex.Send(SseData(Chunk(r, r.out.text, logprobs, nullptr)));
+    const bool new_ids = r.token_ids && !r.out.tokens.empty();
+    if (!r.out.text.empty() || !logprobs.is_null() || new_ids) {
+      const json ids = new_ids ? IdsOf(r.out.tokens) : json::array();
+      ex.Send(SseData(Chunk(r, r.out.text, logprobs, nullptr, false, &ids)));
     }
   } else {
     r.text += r.out.text;
+    if (r.token_ids) {
+      for (const engine::GeneratedToken& t : r.out.tokens) r.generated_ids.push_back(t.id);
+    }
   }
   if (!done) return;
   r.finished = true;
@@ -206,7 +247,9 @@ void Pump(Run& r, Exchange& ex) {
   }
   if (r.stream) {
     const std::string finish(engine::FinishReasonForApi(o.finish));
-    ex.Send(SseData(Chunk(r, "", nullptr, finish)));
+    json last = Chunk(r, "", nullptr, finish);
+    last["timings"] = Timings(r, o);
+    ex.Send(SseData(last));
     if (r.include_usage) {
       json u = ChunkBase(r);
       u["choices"] = json::array();
@@ -275,6 +318,8 @@ void RunCompletion(ServeContext& ctx, const std::shared_ptr<Exchange>& exchange,
   run->stream = gen.stream;
   run->include_usage = gen.include_usage;
   run->logprobs = gen.logprobs;
+  run->token_ids = gen.return_token_ids;
+  if (run->token_ids) run->prompt = prompt;
   run->id = ctx.NewId(kind == ApiKind::kChat ? "chatcmpl-" : "cmpl-");
   run->created = static_cast<int64_t>(std::time(nullptr));
   run->received_at = exchange->received_at();
@@ -291,6 +336,7 @@ void RunCompletion(ServeContext& ctx, const std::shared_ptr<Exchange>& exchange,
 
   exchange->SetPump([run](Exchange& ex) { Pump(*run, ex); });
   std::weak_ptr<Exchange> weak = exchange;
+  run->submitted_at = base::NowSeconds();
   auto submitted = ctx.engine->Submit(std::move(request), [weak] {
     if (auto ex = weak.lock()) ex->Wake();
   });
@@ -305,8 +351,12 @@ void RunCompletion(ServeContext& ctx, const std::shared_ptr<Exchange>& exchange,
   if (gen.stream) {
     exchange->BeginStream(200, "text/event-stream",
                           {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}});
-    if (kind == ApiKind::kChat) {
-      exchange->Send(SseData(Chunk(*run, "", nullptr, nullptr, /*first_chat_chunk=*/true)));
+    // The first chunk of a chat stream names the role; with return_token_ids every stream opens
+    // with a chunk that carries the prompt's token ids.
+    if (kind == ApiKind::kChat || run->token_ids) {
+      json first = Chunk(*run, "", nullptr, nullptr, /*first_chat_chunk=*/kind == ApiKind::kChat);
+      if (run->token_ids) first["prompt_token_ids"] = run->prompt;
+      exchange->Send(SseData(first));
     }
   }
   run->ready.store(true, std::memory_order_release);

@@ -201,6 +201,7 @@ Error ParseGeneration(const json& body, bool chat, GenerationParams* g) {
 
   if (Error e = ParseStop(body, &g->stop)) return e;
   if (Error e = GetBool(body, "ignore_eos", &g->ignore_eos)) return e;
+  if (Error e = GetBool(body, "return_token_ids", &g->return_token_ids)) return e;
 
   for (const char* penalty : {"frequency_penalty", "presence_penalty"}) {
     double p = 0;

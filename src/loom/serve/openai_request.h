@@ -33,6 +33,9 @@ struct GenerationParams {
   bool logprobs = false;
   int32_t top_logprobs = 0;  // 0..20 (chat), 0..5 (completions)
   bool ignore_eos = false;   // extension (as llama.cpp): generate past end-of-text
+  // Extension (as vLLM): the prompt's token ids and every chunk's generated ids in the response,
+  // so a caller (the network's node agent) can continue a generation exactly elsewhere.
+  bool return_token_ids = false;
 };
 
 struct ChatParams {

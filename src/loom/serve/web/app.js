@@ -140,10 +140,16 @@ async function readEvents(res, onData) {
   }
 }
 
+// The reply's figures: the server's own timings (sent with the final chunk) when it gave them, so
+// they are right however the stream was cut into network reads; else the browser's clock.
 function formatStats(r) {
   const parts = [];
-  if (r.ttft !== null) parts.push(`TTFT ${Math.round(r.ttft)} ms`);
-  if (r.tokens > 1 && r.last > r.first) {
+  const t = r.timings;
+  const ttft = t && typeof t.ttft_ms === "number" ? t.ttft_ms : r.ttft;
+  if (ttft !== null) parts.push(`TTFT ${Math.round(ttft)} ms`);
+  if (t && typeof t.predicted_per_second === "number") {
+    parts.push(`${t.predicted_per_second.toFixed(1)} tokens/s`);
+  } else if (!t && r.tokens > 1 && r.last > r.first) {
     const rate = (r.tokens - 1) / ((r.last - r.first) / 1000);
     parts.push(`${rate.toFixed(1)} tokens/s`);
   }
@@ -179,7 +185,7 @@ async function send(text) {
   if (maxTokens !== null) body.max_tokens = Math.round(maxTokens);
   if (seed !== null) body.seed = Math.round(seed);
 
-  const r = { ttft: null, first: 0, last: 0, tokens: 0, exact: false, finish: "" };
+  const r = { ttft: null, first: 0, last: 0, tokens: 0, exact: false, finish: "", timings: null };
   const controller = new AbortController();
   state.controller = controller;
   setBusy(true);
@@ -192,6 +198,7 @@ async function send(text) {
     if (!res.ok) throw new Error(await errorMessage(res));
     await readEvents(res, (chunk) => {
       if (chunk.error) throw new Error(chunk.error.message || "generation failed");
+      if (chunk.timings) r.timings = chunk.timings;
       if (chunk.usage) {
         r.tokens = chunk.usage.completion_tokens;
         r.exact = true;
