@@ -76,7 +76,8 @@ Status Engine::Fill(Connection& c, int peer, int channel, bool* got) {
       *got = true;
       return OkStatus();
     }
-    if (n == 0) {
+    // A peer that dies with bytes of ours unread resets the connection instead of closing it.
+    if (n == 0 || errno == ECONNRESET) {
       return UnavailableError(PeerName(peer, channel),
                               " closed the connection (the process exited or failed)");
     }
@@ -236,7 +237,7 @@ Status Engine::ConsumePayload(Transfer& t, Connection& c, bool* progress) {
       }
       if (n < 0 && errno == EINTR) continue;
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return OkStatus();
-      if (n == 0) {
+      if (n == 0 || errno == ECONNRESET) {  // reset: it died with bytes of ours unread
         return UnavailableError(PeerName(t.peer, t.channel),
                                 " closed the connection (the process exited or failed)");
       }
