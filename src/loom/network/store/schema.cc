@@ -1,0 +1,162 @@
+#include "loom/network/store/schema.h"
+
+#include <chrono>
+
+namespace loom::network::store {
+namespace {
+
+// Text states carry CHECK constraints so that a row no build can read is refused when written.
+const std::vector<Migration> kMigrations = {
+    {"accounts, API keys, enrolment tokens, nodes, jobs and attempts",
+     {
+         "CREATE TABLE accounts ("
+         " id {id},"
+         " name TEXT NOT NULL UNIQUE,"
+         " created_ms BIGINT NOT NULL)",
+
+         // The key itself is never stored, only its hash; prefix is what a person sees.
+         "CREATE TABLE api_keys ("
+         " id {id},"
+         " account_id BIGINT NOT NULL REFERENCES accounts (id),"
+         " key_hash TEXT NOT NULL UNIQUE,"
+         " prefix TEXT NOT NULL UNIQUE,"
+         " created_ms BIGINT NOT NULL,"
+         " revoked INTEGER NOT NULL DEFAULT 0)",
+         "CREATE INDEX api_keys_by_account ON api_keys (account_id)",
+
+         // `used` is a flag of its own: used_ms may legitimately be 0 in tests and replays.
+         "CREATE TABLE enroll_tokens ("
+         " token_hash TEXT PRIMARY KEY,"
+         " created_ms BIGINT NOT NULL,"
+         " expires_ms BIGINT NOT NULL,"
+         " used INTEGER NOT NULL DEFAULT 0,"
+         " used_ms BIGINT NOT NULL DEFAULT 0,"
+         " used_by TEXT NOT NULL DEFAULT '')",
+
+         "CREATE TABLE nodes ("
+         " node_id TEXT PRIMARY KEY,"
+         " name TEXT NOT NULL,"
+         " public_key TEXT NOT NULL,"
+         " enrolled_ms BIGINT NOT NULL,"
+         " last_seen_ms BIGINT NOT NULL)",
+
+         // account_id is not a foreign key: a hub run without authentication records its jobs
+         // under account 0.
+         "CREATE TABLE jobs ("
+         " job_id TEXT PRIMARY KEY,"
+         " account_id BIGINT NOT NULL,"
+         " model TEXT NOT NULL,"
+         " endpoint TEXT NOT NULL,"
+         " state TEXT NOT NULL CHECK (state IN ('running', 'completed', 'failed')),"
+         " created_ms BIGINT NOT NULL,"
+         " finished_ms BIGINT NOT NULL DEFAULT 0,"
+         " prompt_tokens BIGINT NOT NULL DEFAULT 0,"
+         " completion_tokens BIGINT NOT NULL DEFAULT 0,"
+         " finish_reason TEXT NOT NULL DEFAULT '',"
+         " error TEXT NOT NULL DEFAULT '')",
+         // ListJobs with a state, and FailUnfinishedJobs; and ListJobs without one.
+         "CREATE INDEX jobs_by_state_created ON jobs (state, created_ms)",
+         "CREATE INDEX jobs_by_created ON jobs (created_ms)",
+
+         // node_id is not a foreign key: an attempt's history outlives the node's enrolment.
+         "CREATE TABLE attempts ("
+         " attempt_id TEXT PRIMARY KEY,"
+         " job_id TEXT NOT NULL REFERENCES jobs (job_id),"
+         " node_id TEXT NOT NULL,"
+         " number INTEGER NOT NULL,"
+         " state TEXT NOT NULL"
+         "  CHECK (state IN ('running', 'completed', 'failed', 'cancelled')),"
+         " started_ms BIGINT NOT NULL,"
+         " first_token_ms BIGINT NOT NULL DEFAULT 0,"
+         " finished_ms BIGINT NOT NULL DEFAULT 0,"
+         " tokens BIGINT NOT NULL DEFAULT 0,"
+         " error TEXT NOT NULL DEFAULT '',"
+         " UNIQUE (job_id, number))",
+         // Only running attempts are looked up by state (at hub start), so index only those.
+         "CREATE INDEX attempts_running ON attempts (job_id) WHERE state = 'running'",
+     }},
+};
+
+constexpr std::string_view kCreateVersionTable =
+    "CREATE TABLE IF NOT EXISTS schema_version ("
+    " version BIGINT PRIMARY KEY,"
+    " description TEXT NOT NULL,"
+    " applied_ms BIGINT NOT NULL)";
+
+int64_t WallClockMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Applies the next migration `conn`'s database lacks; sets *done when there is none.
+Status MigrateOnce(SqlConnection& conn, std::span<const Migration> migrations, bool* done) {
+  Transaction tx(conn);
+  LOOM_RETURN_IF_ERROR(tx.Begin());
+  LOOM_RETURN_IF_ERROR(conn.LockForMigration());
+  auto created = ExecPlain(conn, kCreateVersionTable);
+  if (!created.ok()) return created.status().WithContext("create schema_version");
+  // Read under the lock: another hub may have migrated while this one waited for it.
+  LOOM_ASSIGN_OR_RETURN(const int64_t version, ReadSchemaVersion(conn));
+  const int64_t known = static_cast<int64_t>(migrations.size());
+  if (version > known) {
+    return FailedPreconditionError("the database has schema version ", version,
+                                   " but this build knows only ", known,
+                                   " migrations (was it written by a newer hub?)");
+  }
+  if (version == known) {
+    *done = true;
+    return tx.Commit();
+  }
+  const Migration& m = migrations[version];
+  const int64_t number = version + 1;
+  const std::string context = StrCat("migration ", number, " (", m.description, ")");
+  for (size_t i = 0; i < m.statements.size(); ++i) {
+    auto r = ExecPlain(conn, StatementFor(m.statements[i], conn.dialect()));
+    if (!r.ok()) return r.status().WithContext(StrCat(context, ": statement ", i + 1));
+  }
+  const SqlParam params[] = {number, m.description, WallClockMs()};
+  auto r = conn.Exec(
+      "INSERT INTO schema_version (version, description, applied_ms) VALUES ($1, $2, $3)", params);
+  if (!r.ok()) return r.status().WithContext(StrCat(context, ": record version"));
+  Status committed = tx.Commit();
+  return committed.WithContext(context);
+}
+
+}  // namespace
+
+std::span<const Migration> Migrations() { return kMigrations; }
+
+std::string StatementFor(std::string_view statement, Dialect dialect) {
+  // AUTOINCREMENT makes SQLite, like a PostgreSQL identity column, never reuse the id of a
+  // deleted row: an id that once named an account keeps naming only that account.
+  const std::string_view id = dialect == Dialect::kSqlite
+                                  ? "INTEGER PRIMARY KEY AUTOINCREMENT"
+                                  : "BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY";
+  constexpr std::string_view kToken = "{id}";
+  std::string out(statement);
+  for (size_t at = out.find(kToken); at != std::string::npos; at = out.find(kToken, at)) {
+    out.replace(at, kToken.size(), id);
+    at += id.size();
+  }
+  return out;
+}
+
+StatusOr<int64_t> ReadSchemaVersion(SqlConnection& conn) {
+  auto r = ExecPlain(conn, "SELECT COALESCE(MAX(version), 0) FROM schema_version");
+  if (!r.ok()) return r.status().WithContext("read schema version");
+  if (r->rows.size() != 1) return DataLossError("read schema version: no row");
+  RowReader row(r->rows[0]);
+  const int64_t version = row.Int(0);
+  if (!row.status().ok()) return row.status().WithContext("read schema version");
+  return version;
+}
+
+Status Migrate(SqlConnection& conn, std::span<const Migration> migrations) {
+  for (bool done = false; !done;) {
+    LOOM_RETURN_IF_ERROR(MigrateOnce(conn, migrations, &done).WithContext("migrate"));
+  }
+  return OkStatus();
+}
+
+}  // namespace loom::network::store

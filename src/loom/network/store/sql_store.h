@@ -1,0 +1,57 @@
+// The Store written once in SQL over a SqlConnection; the SQLite and PostgreSQL stores are this
+// class over their own connection.
+#pragma once
+
+#include <initializer_list>
+#include <memory>
+
+#include "loom/network/store/sql.h"
+#include "loom/network/store/store.h"
+
+namespace loom::network::store {
+
+class SqlStore final : public Store {
+ public:
+  explicit SqlStore(std::unique_ptr<SqlConnection> conn) : conn_(std::move(conn)) {}
+
+  std::string_view Kind() const override;
+  StatusOr<Account> CreateAccount(std::string_view name, int64_t now_ms) override;
+  StatusOr<Account> FindAccount(std::string_view name) override;
+  StatusOr<std::vector<Account>> ListAccounts() override;
+  StatusOr<ApiKeyRecord> AddApiKey(int64_t account_id, std::string_view key_hash,
+                                   std::string_view prefix, int64_t now_ms) override;
+  StatusOr<std::optional<int64_t>> AccountForKey(std::string_view key_hash) override;
+  Status RevokeApiKey(std::string_view prefix) override;
+  StatusOr<std::vector<ApiKeyRecord>> ListApiKeys(int64_t account_id) override;
+  Status AddEnrollToken(std::string_view token_hash, int64_t expires_ms, int64_t now_ms) override;
+  StatusOr<bool> UseEnrollToken(std::string_view token_hash, std::string_view node_id,
+                                int64_t now_ms) override;
+  Status AddNode(const NodeRecord& node) override;
+  StatusOr<std::optional<NodeRecord>> FindNode(std::string_view node_id) override;
+  StatusOr<std::vector<NodeRecord>> ListNodes() override;
+  Status TouchNode(std::string_view node_id, int64_t last_seen_ms) override;
+  Status CreateJob(const JobRecord& job) override;
+  Status FinishJob(std::string_view job_id, JobState state, int64_t finished_ms,
+                   int64_t prompt_tokens, int64_t completion_tokens, std::string_view finish_reason,
+                   std::string_view error) override;
+  Status AddAttempt(const AttemptRecord& attempt) override;
+  Status FinishAttempt(std::string_view attempt_id, AttemptState state, int64_t first_token_ms,
+                       int64_t finished_ms, int64_t tokens, std::string_view error) override;
+  StatusOr<std::optional<JobRecord>> FindJob(std::string_view job_id) override;
+  StatusOr<std::vector<JobRecord>> ListJobs(int64_t limit, std::optional<JobState> state) override;
+  StatusOr<std::vector<AttemptRecord>> AttemptsOf(std::string_view job_id) override;
+  StatusOr<int64_t> FailUnfinishedJobs(std::string_view error, int64_t now_ms) override;
+  StatusOr<int64_t> SchemaVersion() override;
+
+ private:
+  // Runs `sql` after checking its text parameters; errors read "store: <op>: <cause>".
+  StatusOr<SqlResult> Run(std::string_view op, std::string_view sql,
+                          std::initializer_list<SqlParam> params);
+
+  std::unique_ptr<SqlConnection> conn_;
+};
+
+// Brings `conn`'s database up to date (schema.h), then wraps it.
+StatusOr<std::unique_ptr<Store>> OpenSqlStore(std::unique_ptr<SqlConnection> conn);
+
+}  // namespace loom::network::store
