@@ -14,6 +14,7 @@ fi
 # packages (tests/text); each skipped when current.
 if command -v npm >/dev/null; then
   tests/serve/install.sh
+  tests/serve/install.sh tests/network
   tests/text/install.sh
 else
   echo "WARNING: npm is missing: the serve black-box tests will fail (install Node.js >= 20)" >&2

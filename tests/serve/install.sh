@@ -4,7 +4,8 @@
 # nothing when node_modules was installed from the current lock file.  No browser is downloaded:
 # the tests drive Debian's /usr/bin/chromium.
 set -euo pipefail
-cd "$(dirname "$0")"
+# An argument names another test folder with its own package-lock.json (tests/network).
+cd "${1:-$(dirname "$0")}"
 if ! command -v npm >/dev/null; then
   echo "serve tests: npm not found; install Node.js (>= 20) to run them" >&2
   exit 1

@@ -25,5 +25,7 @@ void AddPlanCommand(CLI::App& app, Action* action);       // cmd_plan.cc: parall
 void AddServeCommand(CLI::App& app, Action* action);      // cmd_serve.cc: OpenAI-compatible server
 void AddConvertCommand(CLI::App& app, Action* action);    // cmd_convert.cc: GGUF / HF / MLX
 void AddPullCommand(CLI::App& app, Action* action);       // cmd_pull.cc: download from the Hub
+void AddHubCommand(CLI::App& app, Action* action);        // cmd_hub.cc: the network's coordinator
+void AddNodeCommand(CLI::App& app, Action* action);       // cmd_node.cc: lend this machine
 
 }  // namespace loom::cli

@@ -23,6 +23,8 @@ int main(int argc, char** argv) {
   loom::cli::AddServeCommand(app, &action);
   loom::cli::AddConvertCommand(app, &action);
   loom::cli::AddPullCommand(app, &action);
+  loom::cli::AddHubCommand(app, &action);
+  loom::cli::AddNodeCommand(app, &action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -1,0 +1,181 @@
+// The hub's state and the functions over it, split across hub.cc (listening, routes, admin,
+// timers), hub_nodes.cc (node connections: authentication, registry, heartbeats) and hub_jobs.cc
+// (consumer requests, attempts, streaming, failover).  Everything runs on the io_context thread.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <boost/asio/steady_timer.hpp>
+#include <nlohmann/json.hpp>
+
+#include "loom/net/http_server.h"
+#include "loom/net/websocket.h"
+#include "loom/network/hub/hub.h"
+#include "loom/network/placement/placement.h"
+#include "loom/network/protocol/frames.h"
+#include "loom/network/store/store.h"
+
+namespace loom::network::hub {
+
+using json = nlohmann::json;
+
+// Speeds the hub measured itself, by timing a benchmark job on that node (never self-reported).
+struct Measured {
+  double prefill_tps = 0;  // prompt tokens / time to the first token
+  double decode_tps = 0;   // (tokens - 1) / first-to-last token time
+};
+
+// One WebSocket from a node agent, from the first frame on.
+struct NodeConn {
+  enum class Phase { kHello, kRegister, kReady };
+  uint64_t conn_id = 0;
+  std::shared_ptr<net::WebSocket> ws;
+  std::string remote;
+  Phase phase = Phase::kHello;
+  double phase_deadline = 0;   // hello and register must arrive by then
+  std::string node_id;         // claimed in hello; proven by register's signature
+  std::string nonce;           // this connection's challenge
+  std::string public_key;
+  std::string name;
+  protocol::NodeFacts facts;
+  std::vector<protocol::ModelInfo> models;
+  std::optional<protocol::PodInfo> pod;
+  int32_t max_concurrency = 1;
+  protocol::Heartbeat last;     // the latest heartbeat
+  double last_heartbeat = 0;
+  double connected_at = 0;
+  std::set<std::string> attempts;       // attempt ids running there now
+  std::set<std::string> benchmarking;   // models whose benchmark is in flight
+  int64_t fleet_index = -1;             // into Impl::fleet_ when ready
+};
+
+// One consumer request (or a hub benchmark), across its attempts.
+struct Job {
+  std::string id;               // also the response id ("chatcmpl-..." / "cmpl-...")
+  int64_t account_id = 0;
+  std::string model;
+  bool chat = false;
+  bool stream = false;
+  bool include_usage = false;
+  json request;                 // the validated body, forwarded to the node
+  std::optional<int64_t> max_tokens;
+  int64_t prompt_estimate = 0;  // tokens, for placement (the hub does not tokenize)
+  int64_t created_unix = 0;
+  double created_at = 0;
+  std::shared_ptr<net::Responder> consumer;  // null for benchmarks
+  bool head_sent = false;       // streaming: the 200 head and the first chunk are out
+  bool prompt_known = false;
+  std::vector<int32_t> prompt_ids;  // the prompt as the first node tokenized it
+  std::vector<int32_t> generated;   // every token the consumer has been sent, all attempts
+  std::string text;                 // non-streaming: the whole text so far
+  int attempts = 0;
+  std::vector<std::string> excluded;  // nodes that failed this job
+  // The running attempt.
+  std::string attempt_id;
+  std::string node_id;
+  double assigned_at = 0;
+  double first_token_at = 0;    // this attempt's first token (0: none yet)
+  double last_chunk_at = 0;
+  double first_token_deadline = 0;
+  int64_t next_index = 0;
+  int64_t attempt_tokens = 0;
+  // Waiting for a target.
+  bool queued = false;
+  double queued_at = 0;
+  std::string queue_reason;
+  // Benchmarks (consumer == null).
+  bool benchmark = false;
+  int64_t bench_prompt_tokens = 0;
+};
+
+class Hub::Impl {
+ public:
+  Impl(boost::asio::io_context& io, HubOptions options, std::unique_ptr<store::Store> store);
+  ~Impl();
+  Status Listen();
+  void Stop();
+  int port() const { return server_ ? server_->port() : 0; }
+
+  // hub.cc
+  void OnHttp(net::Request request, std::shared_ptr<net::Responder> responder);
+  void Tick();
+  std::optional<int64_t> Authenticate(const net::Request& request);
+  bool IsAdmin(const net::Request& request) const;
+  json StatusJson() const;
+  json ModelsJson() const;
+
+  // hub_nodes.cc
+  void OnNodeSocket(std::shared_ptr<net::WebSocket> ws);
+  void OnNodeMessage(uint64_t conn_id, std::string_view text);
+  void OnNodeClosed(uint64_t conn_id, std::string_view reason);
+  void HandleHello(NodeConn& c, const protocol::Hello& f);
+  void HandleRegister(NodeConn& c, const protocol::Register& f);
+  void RejectNode(NodeConn& c, std::string code, std::string message, int status);
+  void UpdateFleet(NodeConn& c);
+  void RemoveFromFleet(NodeConn& c);
+  void StartBenchmarks(NodeConn& c);
+  void CheckNodes(double now);
+  void Enroll(const net::Request& request, const std::shared_ptr<net::Responder>& responder);
+  NodeConn* ReadyNode(const std::string& node_id);
+
+  // hub_jobs.cc
+  void OnCompletion(bool chat, const net::Request& request,
+                    const std::shared_ptr<net::Responder>& responder, int64_t account_id);
+  void TryPlace(Job& job);
+  void StartAttempt(Job& job, NodeConn& node, const placement::Decision& decision);
+  void OnAccepted(NodeConn& c, const protocol::Accepted& f);
+  void OnChunk(NodeConn& c, const protocol::Chunk& f);
+  void OnComplete(NodeConn& c, const protocol::Complete& f);
+  void OnNodeError(NodeConn& c, const protocol::Error& f);
+  // The running attempt failed for a reason that is not the consumer's: retry or resume elsewhere
+  // while attempts remain, else end the job with `message`.
+  void FailAttempt(Job& job, const std::string& message);
+  void EndJob(Job& job, store::JobState state, const std::string& finish_reason,
+              const std::string& error, int status, const std::string& code);
+  void CancelJob(const std::string& job_id);
+  void CheckJobs(double now);
+  void DrainQueues();
+  Job* JobOfAttempt(const std::string& attempt_id);
+  void SendFrame(NodeConn& c, const protocol::Frame& f);
+
+  boost::asio::io_context& io_;
+  HubOptions options_;
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<net::HttpServer> server_;
+  boost::asio::steady_timer tick_;
+  std::shared_ptr<int> life_ = std::make_shared<int>(0);  // callbacks check it is still alive
+  double started_at_ = 0;
+  std::mt19937_64 random_;
+  placement::Tuning tuning_;
+
+  uint64_t next_conn_ = 1;
+  uint64_t next_id_ = 1;
+  std::unordered_map<uint64_t, std::unique_ptr<NodeConn>> conns_;
+  std::unordered_map<std::string, uint64_t> ready_;          // node id -> conn id
+  std::vector<placement::Target> fleet_;                     // ready nodes, for placement
+  std::vector<uint64_t> fleet_conn_;                         // fleet_[i]'s conn id
+  std::map<std::string, std::map<std::string, Measured>> measured_;  // node -> model -> speeds
+  std::map<std::string, double> bench_retry_at_;  // "node model" -> when a failed one is retried
+  std::unordered_map<std::string, std::unique_ptr<Job>> jobs_;
+  std::unordered_map<std::string, std::string> attempt_job_;  // attempt id -> job id
+  std::map<std::string, std::deque<std::string>> queues_;     // model -> waiting job ids
+  std::deque<json> decisions_;                                // the latest, for admins
+  // API key hash -> (account, when looked up): a short cache in front of the store.
+  std::unordered_map<std::string, std::pair<std::optional<int64_t>, double>> key_cache_;
+  int64_t jobs_completed_ = 0, jobs_failed_ = 0, failovers_ = 0;
+};
+
+int64_t NowUnixMs();
+std::string ErrorBody(const std::string& message, const std::string& type,
+                      const std::string& code, const std::string& param = "");
+
+}  // namespace loom::network::hub

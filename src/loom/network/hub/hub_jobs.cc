@@ -1,0 +1,547 @@
+// Consumer requests through the hub: validation (the same shapes and errors as `loom serve`),
+// placement, attempts on nodes, the stream back to the consumer with the tokens the hub counted,
+// and failover: before the first token a retry elsewhere, mid-stream a continuation elsewhere from
+// the prompt plus the tokens already sent.
+#include <algorithm>
+#include <cstdio>
+#include <ctime>
+
+#include "loom/base/clock.h"
+#include "loom/network/hub/hub_impl.h"
+#include "loom/network/protocol/identity.h"
+#include "loom/serve/api_error.h"
+#include "loom/serve/openai_request.h"
+
+namespace loom::network::hub {
+namespace {
+
+constexpr size_t kMaxDecisions = 256;
+// Sampling fields a continuation carries over from the original request.
+constexpr const char* kCarriedFields[] = {"temperature", "top_p", "top_k", "min_p", "seed",
+                                          "stop", "ignore_eos", "repetition_penalty"};
+
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+json ChunkBase(const Job& job) {
+  return json{{"id", job.id},
+              {"object", job.chat ? "chat.completion.chunk" : "text_completion"},
+              {"created", job.created_unix},
+              {"model", job.model}};
+}
+
+// One streamed chunk in the endpoint's shape.
+std::string StreamChunk(const Job& job, std::string_view text, const json& finish,
+                        bool first_chat_chunk = false) {
+  json c = ChunkBase(job);
+  json choice{{"index", 0}};
+  if (job.chat) {
+    json delta = json::object();
+    if (first_chat_chunk) delta["role"] = "assistant";
+    if (!text.empty() || first_chat_chunk) delta["content"] = std::string(text);
+    choice["delta"] = delta;
+  } else {
+    choice["text"] = std::string(text);
+  }
+  choice["logprobs"] = nullptr;
+  choice["finish_reason"] = finish;
+  c["choices"] = json::array({choice});
+  if (job.include_usage) c["usage"] = nullptr;
+  return "data: " + Dump(c) + "\n\n";
+}
+
+json Usage(const Job& job, int64_t prompt_tokens) {
+  const auto completion = static_cast<int64_t>(job.generated.size());
+  return json{{"prompt_tokens", prompt_tokens},
+              {"completion_tokens", completion},
+              {"total_tokens", prompt_tokens + completion}};
+}
+
+// Tokens the prompt will roughly take, for placement only (the hub holds no tokenizer): about four
+// bytes of text a token, plus a few for each chat message's template.  Token-id prompts are exact.
+// An estimate may be off either way; the node that runs the request checks the exact count.
+int64_t EstimatePromptTokens(bool chat, const serve::ChatParams& chat_params,
+                             const serve::CompletionParams& completion) {
+  if (chat) {
+    int64_t bytes = 0;
+    for (const auto& m : chat_params.messages) bytes += static_cast<int64_t>(m.content.size()) + 16;
+    return bytes / 4 + 1;
+  }
+  if (completion.prompt_is_ids) return static_cast<int64_t>(completion.prompt_ids.size());
+  return static_cast<int64_t>(completion.prompt_text.size()) / 4 + 1;
+}
+
+}  // namespace
+
+Job* Hub::Impl::JobOfAttempt(const std::string& attempt_id) {
+  auto a = attempt_job_.find(attempt_id);
+  if (a == attempt_job_.end()) return nullptr;
+  auto j = jobs_.find(a->second);
+  return j == jobs_.end() ? nullptr : j->second.get();
+}
+
+void Hub::Impl::OnCompletion(bool chat, const net::Request& request,
+                             const std::shared_ptr<net::Responder>& responder,
+                             int64_t account_id) {
+  auto fail = [&](const serve::ApiError& e) {
+    responder->Respond(e.status, "application/json", serve::ErrorBody(e));
+  };
+  json body;
+  if (auto e = serve::ParseJsonObject(request.body, &body)) return fail(*e);
+  serve::ChatParams chat_params;
+  serve::CompletionParams completion;
+  std::optional<serve::ApiError> invalid = chat ? serve::ParseChatRequest(body, &chat_params)
+                                                : serve::ParseCompletionRequest(body, &completion);
+  if (invalid) return fail(*invalid);
+  const serve::GenerationParams& gen = chat ? chat_params.gen : completion.gen;
+  if (gen.logprobs) {
+    serve::ApiError e;
+    e.param = "logprobs";
+    e.code = "unsupported_parameter";
+    e.message = "log-probabilities are not relayed through the network hub yet";
+    return fail(e);
+  }
+  // What is certain without a tokenizer, against the largest context any holder offers, is the
+  // consumer's error, answered as loom serve answers it: a token-id prompt that does not fit, and
+  // max_tokens beyond the context.
+  int64_t context = 0;
+  for (const placement::Target& t : fleet_) {
+    for (const placement::ModelOffer& m : t.models) {
+      if (m.name == gen.model) context = std::max(context, m.context);
+    }
+  }
+  if (context > 0 && gen.max_tokens && *gen.max_tokens > context) {
+    return fail(serve::BadParam("max_tokens",
+                                "max_tokens is " + std::to_string(*gen.max_tokens) +
+                                    " but this model's context holds only " +
+                                    std::to_string(context) + " tokens",
+                                "invalid_value"));
+  }
+  if (!chat && completion.prompt_is_ids) {
+    const auto n = static_cast<int64_t>(completion.prompt_ids.size());
+    if (context > 0 && n >= context) {
+      return fail(serve::BadParam(
+          "prompt",
+          "This model's maximum context length is " + std::to_string(context) +
+              " tokens, but the prompt has " + std::to_string(n) +
+              " tokens (it must leave room for at least one new token)",
+          "context_length_exceeded"));
+    }
+  }
+  auto job = std::make_unique<Job>();
+  job->id = (chat ? "chatcmpl-" : "cmpl-") + protocol::Sha256Hex(protocol::RandomBase64(16)).substr(0, 24);
+  job->account_id = account_id;
+  job->model = gen.model;
+  job->chat = chat;
+  job->stream = gen.stream;
+  job->include_usage = gen.include_usage;
+  job->max_tokens = gen.max_tokens;
+  job->prompt_estimate = EstimatePromptTokens(chat, chat_params, completion);
+  job->created_unix = static_cast<int64_t>(std::time(nullptr));
+  job->created_at = base::NowSeconds();
+  job->consumer = responder;
+  body["stream"] = true;
+  body["return_token_ids"] = true;
+  body.erase("stream_options");
+  job->request = std::move(body);
+
+  // Written before anything is acknowledged: a hub that dies from here on still has the job.
+  store::JobRecord record;
+  record.job_id = job->id;
+  record.account_id = account_id;
+  record.model = job->model;
+  record.endpoint = chat ? "chat" : "completion";
+  record.created_ms = NowUnixMs();
+  Status created = store_->CreateJob(record);
+  if (!created.ok()) {
+    std::fprintf(stderr, "hub: %s\n", created.ToString().c_str());
+    responder->Respond(500, "application/json",
+                       ErrorBody("the hub could not record the request", "server_error",
+                                 "hub_error"));
+    return;
+  }
+  const std::string id = job->id;
+  Job& ref = *job;
+  jobs_[id] = std::move(job);
+  std::weak_ptr<int> life = life_;
+  responder->OnClose([this, life, id] {
+    if (life.lock()) CancelJob(id);
+  });
+  TryPlace(ref);
+}
+
+void Hub::Impl::TryPlace(Job& job) {
+  placement::Request pr;
+  pr.model = job.model;
+  pr.prompt_tokens = job.prompt_estimate + static_cast<int64_t>(job.generated.size());
+  pr.max_tokens = job.max_tokens ? std::max<int64_t>(1, *job.max_tokens -
+                                                           static_cast<int64_t>(job.generated.size()))
+                                 : 256;
+  pr.exclude = job.excluded;
+  const double place_start = base::NowSeconds();
+  placement::Decision d = placement::Place(pr, fleet_, tuning_, random_);
+  const double place_us = (base::NowSeconds() - place_start) * 1e6;
+  if (!job.benchmark) {
+    json rec = placement::DecisionToJson(d);
+    rec["place_us"] = place_us;
+    rec["fleet_size"] = static_cast<int64_t>(fleet_.size());
+    rec["job_id"] = job.id;
+    rec["attempt"] = job.attempts + 1;
+    rec["at_unix_ms"] = NowUnixMs();
+    rec["request"] = json{{"model", pr.model}, {"prompt_tokens_estimate", pr.prompt_tokens},
+                          {"max_tokens", pr.max_tokens}, {"exclude", pr.exclude}};
+    decisions_.push_back(std::move(rec));
+    if (decisions_.size() > kMaxDecisions) decisions_.pop_front();
+  }
+  if (d.placed) {
+    if (job.queued) {
+      auto& q = queues_[job.model];
+      q.erase(std::remove(q.begin(), q.end(), job.id), q.end());
+      job.queued = false;
+    }
+    if (NodeConn* node = ReadyNode(d.target_id)) return StartAttempt(job, *node, d);
+  }
+  const bool in_grace = base::NowSeconds() - started_at_ < options_.grace_s;
+  if (d.reason == "no_node_for_model" && !in_grace) {
+    return EndJob(job, store::JobState::kFailed, "", d.detail, 503, "no_node_for_model");
+  }
+  if (!job.queued) {
+    auto& q = queues_[job.model];
+    if (static_cast<int64_t>(q.size()) >= options_.queue_limit) {
+      return EndJob(job, store::JobState::kFailed, "",
+                    "every node that serves '" + job.model + "' is busy and " +
+                        std::to_string(q.size()) + " requests are waiting",
+                    503, "over_capacity");
+    }
+    q.push_back(job.id);
+    job.queued = true;
+    job.queued_at = base::NowSeconds();
+  }
+  job.queue_reason = d.reason.empty() ? "over_capacity" : d.reason;
+  if (in_grace && d.reason == "no_node_for_model") {
+    job.queue_reason = "no_node_for_model";
+  }
+}
+
+void Hub::Impl::DrainQueues() {
+  for (auto& [model, q] : queues_) {
+    // First come, first served: stop at the first request that still finds no target.
+    while (!q.empty()) {
+      auto it = jobs_.find(q.front());
+      if (it == jobs_.end()) {
+        q.pop_front();
+        continue;
+      }
+      Job& job = *it->second;
+      const size_t before = q.size();
+      TryPlace(job);
+      if (q.size() == before) break;  // still waiting
+    }
+  }
+}
+
+void Hub::Impl::StartAttempt(Job& job, NodeConn& node, const placement::Decision& d) {
+  const double now = base::NowSeconds();
+  job.attempts += 1;
+  job.attempt_id = job.id + "-" + std::to_string(job.attempts);
+  job.node_id = node.node_id;
+  job.assigned_at = now;
+  job.first_token_at = 0;
+  job.last_chunk_at = now;
+  job.next_index = 0;
+  job.attempt_tokens = 0;
+  double cold_s = 0, prefill_s = 0;
+  if (!d.candidates.empty()) {
+    cold_s = d.candidates.front().costs.cold_load_s;
+    prefill_s = d.candidates.front().costs.prefill_s;
+  }
+  job.first_token_deadline = now + options_.first_token_s + 3 * (cold_s + prefill_s);
+
+  protocol::Assign a;
+  a.attempt_id = job.attempt_id;
+  a.model = job.model;
+  if (job.generated.empty()) {
+    a.endpoint = job.chat ? "chat" : "completion";
+    a.request = job.request;
+  } else {
+    // Continue from the prompt as the first node tokenized it plus every token already streamed:
+    // greedy decoding then gives the same tokens an uninterrupted run would.
+    a.endpoint = "completion";
+    json r{{"model", job.model}, {"stream", true}, {"return_token_ids", true}};
+    std::vector<int32_t> prompt = job.prompt_ids;
+    prompt.insert(prompt.end(), job.generated.begin(), job.generated.end());
+    r["prompt"] = prompt;
+    for (const char* f : kCarriedFields) {
+      if (job.request.contains(f)) r[f] = job.request[f];
+    }
+    if (job.max_tokens) {
+      r["max_tokens"] = *job.max_tokens - static_cast<int64_t>(job.generated.size());
+    }
+    a.request = std::move(r);
+  }
+  a.first_token_deadline_ms = static_cast<int64_t>((job.first_token_deadline - now) * 1000) + 1;
+
+  if (!job.benchmark) {
+    store::AttemptRecord rec;
+    rec.attempt_id = job.attempt_id;
+    rec.job_id = job.id;
+    rec.node_id = node.node_id;
+    rec.number = job.attempts;
+    rec.started_ms = NowUnixMs();
+    Status added = store_->AddAttempt(rec);
+    if (!added.ok()) std::fprintf(stderr, "hub: %s\n", added.ToString().c_str());
+  }
+  node.attempts.insert(job.attempt_id);
+  attempt_job_[job.attempt_id] = job.id;
+  UpdateFleet(node);
+  SendFrame(node, a);
+}
+
+void Hub::Impl::OnAccepted(NodeConn& c, const protocol::Accepted& f) {
+  Job* job = JobOfAttempt(f.attempt_id);
+  if (job == nullptr || job->node_id != c.node_id) return;  // stale: cancelled or failed over
+  if (!job->prompt_known && job->generated.empty()) {
+    job->prompt_ids = f.prompt_token_ids;
+    job->prompt_known = true;
+  }
+  if (job->consumer && job->stream && !job->head_sent) {
+    job->consumer->BeginStream(200, "text/event-stream",
+                               {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}});
+    if (job->chat) job->consumer->Send(StreamChunk(*job, "", nullptr, true));
+    job->head_sent = true;
+  }
+}
+
+void Hub::Impl::OnChunk(NodeConn& c, const protocol::Chunk& f) {
+  Job* job = JobOfAttempt(f.attempt_id);
+  if (job == nullptr || job->node_id != c.node_id) return;
+  if (f.index != job->next_index || !job->prompt_known) {
+    return FailAttempt(*job, "node " + c.node_id + " sent chunk " + std::to_string(f.index) +
+                                 " out of order");
+  }
+  const double now = base::NowSeconds();
+  job->next_index += 1;
+  job->last_chunk_at = now;
+  if (!f.token_ids.empty() && job->first_token_at == 0) job->first_token_at = now;
+  // The hub counts the tokens itself, from the stream.
+  job->generated.insert(job->generated.end(), f.token_ids.begin(), f.token_ids.end());
+  job->attempt_tokens += static_cast<int64_t>(f.token_ids.size());
+  if (!job->consumer || f.text.empty()) return;
+  if (job->stream) {
+    job->consumer->Send(StreamChunk(*job, f.text, nullptr));
+  } else {
+    job->text += f.text;
+  }
+}
+
+void Hub::Impl::OnComplete(NodeConn& c, const protocol::Complete& f) {
+  Job* job = JobOfAttempt(f.attempt_id);
+  if (job == nullptr || job->node_id != c.node_id) return;
+  const double now = base::NowSeconds();
+  if (job->benchmark) {
+    // The hub's own measurement of this node on this model.
+    Measured m;
+    const double ttft = job->first_token_at - job->assigned_at;
+    if (job->first_token_at > 0 && ttft > 0) {
+      m.prefill_tps = static_cast<double>(job->prompt_ids.size()) / ttft;
+    }
+    const double decode = job->last_chunk_at - job->first_token_at;
+    if (job->attempt_tokens > 1 && decode > 0) {
+      m.decode_tps = static_cast<double>(job->attempt_tokens - 1) / decode;
+    }
+    measured_[c.node_id][job->model] = m;
+    std::fprintf(stderr, "hub: measured node %s on %s: prefill %.1f tok/s, decode %.1f tok/s\n",
+                 c.node_id.c_str(), job->model.c_str(), m.prefill_tps, m.decode_tps);
+    c.benchmarking.erase(job->model);
+    c.attempts.erase(job->attempt_id);
+    attempt_job_.erase(job->attempt_id);
+    const std::string id = job->id;
+    jobs_.erase(id);
+    UpdateFleet(c);
+    return;
+  }
+  Status fin = store_->FinishAttempt(job->attempt_id, store::AttemptState::kCompleted,
+                                     NowUnixMs(), NowUnixMs(), job->attempt_tokens, "");
+  if (!fin.ok()) std::fprintf(stderr, "hub: %s\n", fin.ToString().c_str());
+  (void)now;
+  EndJob(*job, store::JobState::kCompleted, f.finish_reason, "", 200, "");
+}
+
+void Hub::Impl::OnNodeError(NodeConn& c, const protocol::Error& f) {
+  if (!f.attempt_id) {
+    std::fprintf(stderr, "hub: node %s reports %s: %s\n", c.node_id.c_str(), f.code.c_str(),
+                 f.message.c_str());
+    return;
+  }
+  Job* job = JobOfAttempt(*f.attempt_id);
+  if (job == nullptr || job->node_id != c.node_id) return;
+  // The consumer's own mistakes (a prompt longer than the context, ...) are not the node's fault:
+  // answer them as they are; anything else is retried elsewhere.
+  const bool consumer_error = f.status >= 400 && f.status < 500 && f.status != 408 &&
+                              f.status != 429 && job->generated.empty() && !job->benchmark;
+  if (consumer_error) {
+    Status fin = store_->FinishAttempt(job->attempt_id, store::AttemptState::kFailed, 0,
+                                       NowUnixMs(), job->attempt_tokens, f.message);
+    if (!fin.ok()) std::fprintf(stderr, "hub: %s\n", fin.ToString().c_str());
+    return EndJob(*job, store::JobState::kFailed, "", f.message, f.status, f.code);
+  }
+  FailAttempt(*job, "node " + c.node_id + ": " + f.message);
+}
+
+void Hub::Impl::FailAttempt(Job& job, const std::string& message) {
+  std::fprintf(stderr, "hub: attempt %s failed: %s\n", job.attempt_id.c_str(), message.c_str());
+  if (NodeConn* node = ReadyNode(job.node_id)) {
+    node->attempts.erase(job.attempt_id);
+    if (job.benchmark) node->benchmarking.erase(job.model);
+    UpdateFleet(*node);
+  }
+  attempt_job_.erase(job.attempt_id);
+  if (job.benchmark) {
+    bench_retry_at_[job.node_id + " " + job.model] = base::NowSeconds() + 30;
+    jobs_.erase(job.id);
+    return;
+  }
+  Status fin = store_->FinishAttempt(job.attempt_id, store::AttemptState::kFailed,
+                                     0, NowUnixMs(), job.attempt_tokens, message);
+  if (!fin.ok()) std::fprintf(stderr, "hub: %s\n", fin.ToString().c_str());
+  job.excluded.push_back(job.node_id);
+  job.node_id.clear();
+  job.attempt_id.clear();
+  failovers_ += 1;
+  if (job.attempts >= options_.max_attempts) {
+    return EndJob(job, store::JobState::kFailed, "",
+                  "the request failed on " + std::to_string(job.attempts) +
+                      " node(s); the last: " + message,
+                  502, "node_failed");
+  }
+  if (job.max_tokens && static_cast<int64_t>(job.generated.size()) >= *job.max_tokens) {
+    return EndJob(job, store::JobState::kCompleted, "length", "", 200, "");
+  }
+  TryPlace(job);
+}
+
+void Hub::Impl::EndJob(Job& job, store::JobState state, const std::string& finish_reason,
+                       const std::string& error, int status, const std::string& code) {
+  const int64_t prompt_tokens =
+      job.prompt_known ? static_cast<int64_t>(job.prompt_ids.size()) : 0;
+  if (job.consumer && !job.consumer->closed()) {
+    net::Responder& out = *job.consumer;
+    if (state == store::JobState::kCompleted) {
+      if (job.stream) {
+        if (!job.head_sent) {
+          out.BeginStream(200, "text/event-stream", {{"Cache-Control", "no-cache"}});
+          if (job.chat) out.Send(StreamChunk(job, "", nullptr, true));
+        }
+        out.Send(StreamChunk(job, "", finish_reason));
+        if (job.include_usage) {
+          json u = ChunkBase(job);
+          u["choices"] = json::array();
+          u["usage"] = Usage(job, prompt_tokens);
+          out.Send("data: " + Dump(u) + "\n\n");
+        }
+        out.Send("data: [DONE]\n\n");
+        out.End();
+      } else {
+        json c;
+        c["id"] = job.id;
+        c["object"] = job.chat ? "chat.completion" : "text_completion";
+        c["created"] = job.created_unix;
+        c["model"] = job.model;
+        json choice{{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish_reason}};
+        if (job.chat) {
+          choice["message"] = json{{"role", "assistant"}, {"content", job.text}};
+        } else {
+          choice["text"] = job.text;
+        }
+        c["choices"] = json::array({choice});
+        c["usage"] = Usage(job, prompt_tokens);
+        out.Respond(200, "application/json", Dump(c));
+      }
+    } else {
+      const std::string type = status >= 500 ? "server_error" : "invalid_request_error";
+      std::vector<std::pair<std::string, std::string>> headers;
+      if (status == 503) headers.emplace_back("Retry-After", "5");
+      if (job.head_sent) {
+        out.Send("data: " + ErrorBody(error, type, code) + "\n\n");
+        out.End();
+      } else {
+        out.Respond(status, "application/json", ErrorBody(error, type, code), headers);
+      }
+    }
+  }
+  Status fin = store_->FinishJob(job.id, state, NowUnixMs(), prompt_tokens,
+                                 static_cast<int64_t>(job.generated.size()), finish_reason, error);
+  if (!fin.ok()) std::fprintf(stderr, "hub: %s\n", fin.ToString().c_str());
+  if (state == store::JobState::kCompleted) {
+    jobs_completed_ += 1;
+  } else {
+    jobs_failed_ += 1;
+  }
+  if (!job.attempt_id.empty()) {
+    if (NodeConn* node = ReadyNode(job.node_id)) {
+      node->attempts.erase(job.attempt_id);
+      UpdateFleet(*node);
+    }
+    attempt_job_.erase(job.attempt_id);
+  }
+  if (job.queued) {
+    auto& q = queues_[job.model];
+    q.erase(std::remove(q.begin(), q.end(), job.id), q.end());
+  }
+  const std::string id = job.id;
+  jobs_.erase(id);  // `job` is gone from here on
+}
+
+void Hub::Impl::CancelJob(const std::string& job_id) {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return;
+  Job& job = *it->second;
+  if (!job.attempt_id.empty()) {
+    if (NodeConn* node = ReadyNode(job.node_id)) {
+      protocol::Cancel cancel;
+      cancel.attempt_id = job.attempt_id;
+      SendFrame(*node, cancel);
+    }
+    Status fin = store_->FinishAttempt(job.attempt_id, store::AttemptState::kCancelled, 0,
+                                       NowUnixMs(), job.attempt_tokens, "the client disconnected");
+    if (!fin.ok()) std::fprintf(stderr, "hub: %s\n", fin.ToString().c_str());
+  }
+  EndJob(job, store::JobState::kFailed, "", "the client disconnected", 499, "client_closed");
+}
+
+void Hub::Impl::CheckJobs(double now) {
+  std::vector<std::string> ids;
+  ids.reserve(jobs_.size());
+  for (const auto& [id, job] : jobs_) ids.push_back(id);
+  for (const std::string& id : ids) {
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) continue;
+    Job& job = *it->second;
+    if (job.queued) {
+      if (now - job.queued_at > options_.queue_wait_s) {
+        EndJob(job, store::JobState::kFailed, "",
+               job.queue_reason == "no_node_for_model"
+                   ? "no node serves '" + job.model + "' (none reconnected in time)"
+                   : "no node could take the request for '" + job.model + "' within " +
+                         std::to_string(static_cast<int>(options_.queue_wait_s)) + " s",
+               503, job.queue_reason);
+      }
+      continue;
+    }
+    if (job.attempt_id.empty()) continue;
+    std::string why;
+    if (job.first_token_at == 0 && now > job.first_token_deadline) {
+      why = "no first token in time";
+    } else if (job.first_token_at > 0 && now - job.last_chunk_at > options_.stall_s) {
+      why = "the stream stalled";
+    }
+    if (why.empty()) continue;
+    if (NodeConn* node = ReadyNode(job.node_id)) {
+      protocol::Cancel cancel;
+      cancel.attempt_id = job.attempt_id;
+      SendFrame(*node, cancel);
+    }
+    FailAttempt(job, "node " + job.node_id + ": " + why);
+  }
+}
+
+}  // namespace loom::network::hub
