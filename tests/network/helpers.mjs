@@ -60,17 +60,20 @@ async function spawnUntil(args, ready, { timeoutMs = 60000, env = {} } = {}) {
   return h;
 }
 
-// A hub on `port` (0 = free) with the store `db`.  Returns { url, base, port, db, stop, ... }.
-export async function startHub({ db, port = 0, args = [] } = {}) {
+// A hub on `port` (0 = free) with the store `db`; `ca`: the certificate of a TLS hub, which this
+// process's fetch does not trust, so its status is then read through `loom hub status --ca-file`.
+// Returns { url, base, port, db, ca, stop, ... }.
+export async function startHub({ db, port = 0, args = [], ca = "" } = {}) {
   db = db ?? path.join(fs.mkdtempSync(path.join(tmpDir(), "hub-")), "hub.db");
   const h = await spawnUntil(
     ["hub", "--listen", `127.0.0.1:${port}`, "--db", db, "--admin-key", ADMIN_KEY,
      "--heartbeat-s", "1", ...args],
-    /listening on (http:\/\/127\.0\.0\.1:(\d+)\/)/);
+    /listening on (https?:\/\/127\.0\.0\.1:(\d+)\/)/);
   h.url = h.match[1];
   h.base = h.url + "v1";
   h.port = Number(h.match[2]);
   h.db = db;
+  h.ca = ca;
   return h;
 }
 
@@ -81,11 +84,12 @@ export async function makeKey(db, account = "alice") {
 }
 
 // Enrols a node directory with the hub and starts `loom node` on it; resolves once the hub lists it.
-export async function startNode(hub, name, models, { args = [], dir } = {}) {
+export async function startNode(hub, name, models, { args = [], dir, enrollArgs = [] } = {}) {
   dir = dir ?? fs.mkdtempSync(path.join(tmpDir(), `node-${name}-`));
   if (!fs.existsSync(path.join(dir, "node.json"))) {
     const token = (await loom(["hub", "token", "create", "--db", hub.db])).trim();
-    await loom(["node", "enroll", "--hub", hub.url, "--token", token, "--name", name, "--dir", dir]);
+    await loom(["node", "enroll", "--hub", hub.url, "--token", token, "--name", name, "--dir", dir,
+                ...enrollArgs]);
   }
   const id = JSON.parse(fs.readFileSync(path.join(dir, "node.json"), "utf8")).node_id;
   // Defaults for what `args` does not set.
@@ -100,6 +104,10 @@ export async function startNode(hub, name, models, { args = [], dir } = {}) {
 }
 
 export async function hubStatus(hub) {
+  if (hub.ca) {
+    return JSON.parse(await loom(["hub", "status", "--hub", hub.url, "--admin-key", ADMIN_KEY,
+                                  "--ca-file", hub.ca, "--json"]));
+  }
   const res = await fetch(hub.url + "v1/admin/status", {
     headers: { Authorization: `Bearer ${ADMIN_KEY}` },
   });

@@ -5,8 +5,8 @@ import { test, describe, before, after } from "node:test";
 import assert from "node:assert/strict";
 import OpenAI from "openai";
 
-import { requireShared, storiesModel, synthModel, waitFor } from "../serve/helpers.mjs";
-import { hubJobs, hubStatus, makeKey, startHub, startNode } from "./helpers.mjs";
+import { loomRun, requireShared, storiesModel, synthModel, waitFor } from "../serve/helpers.mjs";
+import { hubJobs, hubStatus, loom, makeKey, startHub, startNode } from "./helpers.mjs";
 
 describe("hub restart", () => {
   let hub;
@@ -77,5 +77,32 @@ describe("hub restart", () => {
       model: "small-q8_0", prompt: "Once upon a time", max_tokens: 8, temperature: 0,
     });
     assert.equal(got.choices[0].text, done.choices[0].text);
+  });
+
+  test("a drained node finishes the stream it runs, takes nothing new, and exits", async (t) => {
+    if (!requireShared(t)) return;
+    const model = await synthModel("q8_0", "small");
+    const want = await loomRun(model, "Lily wanted to", 300);
+    const client = new OpenAI({ baseURL: hub.base, apiKey: key, maxRetries: 0 });
+    const stream = await client.completions.create({
+      model: "small-q8_0", prompt: "Lily wanted to", max_tokens: 300, temperature: 0, stream: true,
+    });
+    let text = "";
+    let drained = false;
+    for await (const chunk of stream) {
+      text += chunk.choices[0]?.text ?? "";
+      if (!drained && text.length > 20) {
+        drained = true;
+        await loom(["node", "drain", "--dir", node.dir]);
+        const s = await waitFor(async () => (await hubStatus(hub)).nodes.find((n) => n.draining),
+                                { timeoutMs: 5000 });
+        assert.ok(s, "the hub did not see the node draining");
+      }
+    }
+    assert.equal(text, want.text);
+    const [code] = await node.exited;
+    assert.equal(code, 0);
+    const ns = JSON.parse(await loom(["node", "status", "--dir", node.dir, "--json"]));
+    assert.equal(ns.draining, true);
   });
 });
