@@ -76,7 +76,8 @@ Status Hub::Impl::Listen() {
   so.max_body_bytes = options_.max_body_bytes;
   so.read_timeout_s = options_.read_timeout_s;
   so.max_ws_message_bytes = protocol::kMaxFrameBytes;
-  so.ws_ping_interval_s = std::max(5.0, options_.heartbeat_s);
+  // Heartbeats keep node sockets busy; pings only for a peer silent well past them.
+  so.ws_ping_interval_s = std::max(5.0, 3 * options_.heartbeat_s);
   so.max_connections = options_.max_connections;
   // Every node holds a connection: take the file descriptors the system allows.
   struct rlimit files {};
@@ -126,7 +127,11 @@ void Hub::Impl::Stop() {
 
 void Hub::Impl::Tick() {
   const double now = base::NowSeconds();
-  CheckNodes(now);
+  // Heartbeat deadlines are seconds long: scanning every connection once a second is enough.
+  if (now - last_node_check_ >= 1.0) {
+    CheckNodes(now);
+    last_node_check_ = now;
+  }
   CheckJobs(now);
   DrainQueues();
   tick_.expires_after(std::chrono::milliseconds(100));

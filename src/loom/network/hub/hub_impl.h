@@ -154,6 +154,7 @@ class Hub::Impl {
   boost::asio::steady_timer tick_;
   std::shared_ptr<int> life_ = std::make_shared<int>(0);  // callbacks check it is still alive
   double started_at_ = 0;
+  double last_node_check_ = 0;
   std::mt19937_64 random_;
   placement::Tuning tuning_;
 

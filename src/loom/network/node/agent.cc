@@ -93,6 +93,8 @@ struct Attempt {
   std::string finish_reason;
   int64_t completion_tokens = 0;
   int64_t prompt_tokens = 0;
+  std::string pending_text;           // parsed from the current read, not yet sent
+  std::vector<int32_t> pending_ids;
   bool waiting_for_load = false;
 };
 
@@ -116,6 +118,7 @@ class Agent::Impl {
   void StartCall(Attempt& a);
   void OnData(const std::string& id, std::string_view data);
   void OnEvent(Attempt& a, std::string_view data);
+  void FlushChunk(Attempt& a);
   void OnDone(const std::string& id, const Status& s);
   void Finish(const std::string& id);
   void Load(const std::string& name);
@@ -443,10 +446,12 @@ void Agent::Impl::OnData(const std::string& id, std::string_view data) {
     if (event.rfind("data: ", 0) == 0) OnEvent(a, std::string_view(event).substr(6));
     if (attempts_.find(id) == attempts_.end()) return;  // finished inside
   }
+  FlushChunk(a);
 }
 
 void Agent::Impl::OnEvent(Attempt& a, std::string_view data) {
   if (data == "[DONE]") {
+    FlushChunk(a);
     protocol::Complete c;
     c.attempt_id = a.id;
     c.finish_reason = a.finish_reason == "length" ? "length" : "stop";
@@ -458,6 +463,7 @@ void Agent::Impl::OnEvent(Attempt& a, std::string_view data) {
   json j = json::parse(data, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return;
   if (j.contains("error")) {
+    FlushChunk(a);
     const json& e = j["error"];
     SendError(a.id, e.value("code", "generation_failed").empty() ? "generation_failed"
                                                                  : e.value("code", "generation_failed"),
@@ -488,12 +494,21 @@ void Agent::Impl::OnEvent(Attempt& a, std::string_view data) {
   if (choice.contains("finish_reason") && choice["finish_reason"].is_string()) {
     a.finish_reason = choice["finish_reason"].get<std::string>();
   }
-  if (text.empty() && ids.empty()) return;
+  // Pieces that arrived in one read go up as one chunk (FlushChunk, after the read): a frame per
+  // token costs the node and the hub more CPU than the model on small machines.
+  a.pending_text += text;
+  a.pending_ids.insert(a.pending_ids.end(), ids.begin(), ids.end());
+}
+
+void Agent::Impl::FlushChunk(Attempt& a) {
+  if (a.pending_text.empty() && a.pending_ids.empty()) return;
   protocol::Chunk c;
   c.attempt_id = a.id;
   c.index = a.index++;
-  c.text = std::move(text);
-  c.token_ids = std::move(ids);
+  c.text = std::move(a.pending_text);
+  c.token_ids = std::move(a.pending_ids);
+  a.pending_text.clear();
+  a.pending_ids.clear();
   a.completion_tokens += static_cast<int64_t>(c.token_ids.size());
   Send(c);
 }
