@@ -8,7 +8,7 @@ packages=(
   libhwy-dev nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin
   libpcre2-dev libcurl4-openssl-dev libssl-dev libicu-dev
-  libboost1.81-dev libsqlite3-dev libpq-dev postgresql
+  libboost1.81-dev libsqlite3-dev libpq-dev postgresql openssl
   clang libclang-rt-14-dev
   chromium
 )
