@@ -3,7 +3,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -77,6 +79,19 @@ StatusOr<net::Url> NodeEndpoint(const std::string& hub_url) {
   if (u.scheme == "https") u.scheme = "wss";
   u.target = "/v1/node/connect";
   return u;
+}
+
+// Token ids from the child's JSON; anything that is not a list of ids gives an empty list (the
+// frame then carries no ids rather than the agent throwing on a malformed answer).
+std::vector<int32_t> TokenIds(const json& v) {
+  std::vector<int32_t> ids;
+  if (!v.is_array()) return ids;
+  ids.reserve(v.size());
+  for (const json& x : v) {
+    if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() > INT32_MAX) return {};
+    ids.push_back(static_cast<int32_t>(x.get<int64_t>()));
+  }
+  return ids;
 }
 
 struct Attempt {
@@ -351,11 +366,19 @@ void Agent::Impl::OnMessage(std::string_view text) {
 
 void Agent::Impl::SendError(const std::string& attempt, std::string code, std::string message,
                             int status) {
+  // The code is passed on from the child's answer: keep it a valid frame id whatever it was.
+  std::string safe;
+  for (char ch : code) {
+    if (safe.size() < 64 && (std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' ||
+                             ch == '-' || ch == '.')) {
+      safe.push_back(ch);
+    }
+  }
   protocol::Error e;
   e.attempt_id = attempt;
-  e.code = std::move(code);
+  e.code = safe.empty() ? "generation_failed" : safe;
   e.message = message.substr(0, protocol::kMaxMessageBytes);
-  e.status = status;
+  e.status = status >= 100 && status <= 599 ? status : 502;
   Send(e);
 }
 
@@ -465,21 +488,23 @@ void Agent::Impl::OnEvent(Attempt& a, std::string_view data) {
   if (j.contains("error")) {
     FlushChunk(a);
     const json& e = j["error"];
-    SendError(a.id, e.value("code", "generation_failed").empty() ? "generation_failed"
-                                                                 : e.value("code", "generation_failed"),
-              e.value("message", "generation failed"), 500);
+    std::string code = "generation_failed", message = "generation failed";
+    if (e.is_object() && e.contains("code") && e["code"].is_string()) code = e["code"];
+    if (e.is_object() && e.contains("message") && e["message"].is_string()) message = e["message"];
+    SendError(a.id, code, message, 500);
     return Finish(a.id);
   }
   if (j.contains("prompt_token_ids") && !a.accepted) {
     protocol::Accepted acc;
     acc.attempt_id = a.id;
-    acc.prompt_token_ids = j["prompt_token_ids"].get<std::vector<int32_t>>();
+    acc.prompt_token_ids = TokenIds(j["prompt_token_ids"]);
     a.prompt_tokens = static_cast<int64_t>(acc.prompt_token_ids.size());
     a.accepted = true;
     Send(acc);
   }
   if (!j.contains("choices") || !j["choices"].is_array() || j["choices"].empty()) return;
   const json& choice = j["choices"][0];
+  if (!choice.is_object()) return;
   std::string text;
   if (choice.contains("delta") && choice["delta"].is_object() && choice["delta"].contains("content") &&
       choice["delta"]["content"].is_string()) {
@@ -488,9 +513,7 @@ void Agent::Impl::OnEvent(Attempt& a, std::string_view data) {
     text = choice["text"].get<std::string>();
   }
   std::vector<int32_t> ids;
-  if (choice.contains("token_ids") && choice["token_ids"].is_array()) {
-    ids = choice["token_ids"].get<std::vector<int32_t>>();
-  }
+  if (choice.contains("token_ids")) ids = TokenIds(choice["token_ids"]);
   if (choice.contains("finish_reason") && choice["finish_reason"].is_string()) {
     a.finish_reason = choice["finish_reason"].get<std::string>();
   }
