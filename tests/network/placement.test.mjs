@@ -27,7 +27,8 @@ describe("hub placement and failover", () => {
     const all = [storiesModel(), small, big];
     nodes.a = await startNode(hub, "a", all, { args: ["--max-memory", "20M"] });
     nodes.b = await startNode(hub, "b", all, { args: ["--max-memory", "60M"] });
-    nodes.pod = await startNode(hub, "pod", [big], { args: ["--max-memory", "300M", "--tp", "2"] });
+    // Two local ranks, split as the cost model predicts fastest for the model.
+    nodes.pod = await startNode(hub, "pod", [big], { args: ["--max-memory", "300M", "--ranks", "2"] });
   });
   after(async () => {
     for (const n of Object.values(nodes)) await n.stop("SIGKILL");
@@ -80,6 +81,11 @@ describe("hub placement and failover", () => {
     assert.equal(usage.completion_tokens, want.generated_token_ids.length);
     const d = (await decisions(hub)).findLast((x) => x.job_id === id);
     assert.equal(d.target_id, nodes.pod.id, JSON.stringify(d));
+    // The pod's split came from the cost model, over both ranks.
+    const split = nodes.pod.err.match(/small-f32 on 2 ranks: tp=(\d) pp=(\d)/);
+    assert.ok(split && Number(split[1]) * Number(split[2]) === 2, nodes.pod.err);
+    const pod = (await hubStatus(hub)).nodes.find((n) => n.node_id === nodes.pod.id);
+    assert.equal(pod.ranks, 2);
     for (const other of [nodes.a.id, nodes.b.id]) {
       const c = d.candidates.find((x) => x.target_id === other);
       assert.ok(c && !c.eligible, JSON.stringify(d.candidates));

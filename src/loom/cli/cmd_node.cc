@@ -43,6 +43,7 @@ struct NodeFlags {
   std::string max_memory;
   std::string schedule;
   double busy = 0;
+  int ranks = 0;
   node::ServeConfig serve;
 };
 
@@ -65,6 +66,7 @@ int RunNode(const NodeFlags& f) {
   o.schedule = f.schedule;
   o.busy_threshold = f.busy;
   o.serve = f.serve;
+  o.ranks = f.ranks;
   if (!f.max_memory.empty()) {
     auto bytes = node::ParseBytes(f.max_memory);
     if (!bytes.ok()) return Fail(bytes.status().WithContext("--max-memory"));
@@ -130,6 +132,10 @@ void AddNodeCommand(CLI::App& app, Action* action) {
   n->add_option("--threads", f->serve.threads, "threads per model (0: loom serve's default)");
   n->add_option("--tp", f->serve.tp, "lend a pod: tensor-parallel local ranks")->capture_default_str();
   n->add_option("--pp", f->serve.pp, "lend a pod: pipeline stages")->capture_default_str();
+  n->add_option("--ranks", f->ranks,
+                "lend a pod of this many local ranks, each model split (tp x pp) as the cost "
+                "model (`loom plan`) predicts fastest")
+      ->excludes("--tp", "--pp");
   n->callback([n, f, action] {
     if (!n->get_subcommands().empty()) return;
     *action = [f] { return RunNode(*f); };

@@ -188,6 +188,16 @@ Status Agent::Impl::Init() {
   for (const std::string& spec : options_.models) {
     StatusOr<LocalModel> m = DescribeModel(spec, options_.serve.ctx, options_.dir + "/hashes.json");
     if (!m.ok()) return m.status();
+    m->tp = options_.serve.tp;
+    m->pp = options_.serve.pp;
+    if (options_.ranks > 1) {
+      LOOM_ASSIGN_OR_RETURN(PodSplit split,
+                            PlanPodSplit(options_.serve.loom_binary, m->path, options_.ranks));
+      m->tp = split.tp;
+      m->pp = split.pp;
+      std::fprintf(stderr, "node: %s on %d ranks: tp=%d pp=%d (cost model: %.1f tokens/s)\n",
+                   m->name.c_str(), options_.ranks, m->tp, m->pp, split.decode_tokens_per_s);
+    }
     models_.push_back(std::move(*m));
   }
   if (models_.empty()) {
@@ -218,6 +228,8 @@ void Agent::Impl::Load(const std::string& name) {
   if (m == models_.end() || servers_.count(name)) return;
   ServeConfig cfg = options_.serve;
   cfg.ctx = m->info.context;
+  cfg.tp = m->tp;
+  cfg.pp = m->pp;
   std::weak_ptr<int> life = life_;
   std::fprintf(stderr, "node: loading %s (%s)\n", name.c_str(), m->path.c_str());
   StatusOr<std::unique_ptr<ModelServer>> s =
@@ -331,9 +343,13 @@ void Agent::Impl::OnMessage(std::string_view text) {
     r.facts.mem_total_bytes = max_memory_;
     r.facts.mem_free_bytes = MemFree();
     r.models = ModelInfos();
-    if (options_.serve.tp > 1 || options_.serve.pp > 1) {
-      r.pod = protocol::PodInfo{options_.serve.tp, options_.serve.pp};
+    // A pod is one target of tp x pp ranks; with --ranks each model has its own split of the
+    // same ranks, and the largest model's is reported.
+    const LocalModel* largest = &models_.front();
+    for (const LocalModel& m : models_) {
+      if (m.info.weight_bytes > largest->info.weight_bytes) largest = &m;
     }
+    if (largest->tp > 1 || largest->pp > 1) r.pod = protocol::PodInfo{largest->tp, largest->pp};
     r.max_concurrency = options_.serve.parallel;
     Send(r);
   } else if (auto* w = std::get_if<protocol::Welcome>(&*frame)) {

@@ -41,6 +41,8 @@ struct AgentOptions {
   double busy_threshold = 0;        // pause new work while others use > this fraction of the
                                     // CPU; 0 = never pause
   ServeConfig serve;
+  int ranks = 0;  // > 1: lend a pod of this many local ranks, each model split as the cost model
+                  // predicts fastest (instead of serve.tp/serve.pp)
 };
 
 class Agent {

@@ -15,6 +15,8 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 
+#include <nlohmann/json.hpp>
+
 #include "loom/network/protocol/identity.h"
 
 namespace loom::network::node {
@@ -128,6 +130,57 @@ ModelServer::~ModelServer() {
     if (shared_->reader.joinable()) shared_->reader.join();
     if (shared_->out_fd >= 0) ::close(shared_->out_fd);
   }
+}
+
+StatusOr<PodSplit> PlanPodSplit(const std::string& loom_binary, const std::string& model_path,
+                                int ranks) {
+  const std::string n = std::to_string(ranks);
+  std::vector<std::string> args = {loom_binary, "plan", "-m", model_path, "--ranks", n,
+                                   "--ranks-per-host", n, "--json"};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return InternalError("node: pipe: ", std::strerror(errno));
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(fds[0]);
+    ::close(fds[1]);
+    return InternalError("node: fork: ", std::strerror(errno));
+  }
+  if (pid == 0) {
+    ::dup2(fds[1], STDOUT_FILENO);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  ::close(fds[1]);
+  std::string out;
+  char buf[4096];
+  for (ssize_t r; (r = ::read(fds[0], buf, sizeof(buf))) > 0;) out.append(buf, static_cast<size_t>(r));
+  ::close(fds[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  const auto plan = nlohmann::json::parse(out, nullptr, false);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || plan.is_discarded() ||
+      !plan.contains("plans") || !plan["plans"].is_array()) {
+    return UnavailableError("node: `loom plan -m ", model_path, " --ranks ", ranks,
+                            "` failed (see its message above)");
+  }
+  PodSplit best;
+  bool found = false;
+  for (const auto& p : plan["plans"]) {
+    if (!p.is_object() || !p.value("feasible", false)) continue;
+    const int tp = p.value("tp", 0), pp = p.value("pp", 0);
+    const double tps = p.value("decode_tokens_per_s", 0.0);
+    if (tp * pp != ranks || (found && tps <= best.decode_tokens_per_s)) continue;
+    best = PodSplit{tp, pp, tps};
+    found = true;
+  }
+  if (!found) {
+    return ResourceExhaustedError("node: no split of ", model_path, " over ", ranks,
+                                  " ranks fits in memory");
+  }
+  return best;
 }
 
 bool ModelServer::ready() const { return shared_ && shared_->ready; }

@@ -24,6 +24,16 @@ struct ServeConfig {
   int tp = 1, pp = 1;       // a pod of local ranks
 };
 
+// The split of a pod of `ranks` local ranks for one model: of the plans `loom plan` predicts
+// (the cost model of cluster/, calibrated on this machine) that use all the ranks, the one with
+// the fastest generation.  Runs `loom plan --json` (a few seconds).
+struct PodSplit {
+  int tp = 1, pp = 1;
+  double decode_tokens_per_s = 0;  // the plan's prediction
+};
+StatusOr<PodSplit> PlanPodSplit(const std::string& loom_binary, const std::string& model_path,
+                                int ranks);
+
 class ModelServer {
  public:
   // Starts the child; `ready` runs once on io's thread: OK when it listens, else why not.

@@ -18,6 +18,7 @@ struct LocalModel {
   std::string name;  // the name the network knows it by (file stem or pulled repo id)
   std::string path;  // what `loom serve -m` opens
   protocol::ModelInfo info;
+  int tp = 1, pp = 1;  // how its pod of local ranks splits it (AgentOptions::ranks)
 };
 
 // Opens `spec` (a path or a pulled ORG/NAME), reads its shape and hashes its files; `hash_cache`
