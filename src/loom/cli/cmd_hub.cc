@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "loom/cli/commands.h"
+#include "loom/cluster/launch_plan.h"
 #include "loom/net/http_client.h"
 #include "loom/net/tls.h"
 #include "loom/net/url.h"
@@ -177,8 +178,9 @@ void AddHubCommand(CLI::App& app, Action* action) {
       if (!s.ok()) return Fail(s.status());
       auto a = (*s)->FindAccount(*name);
       if (!a.ok()) return Fail(a.status());
-      const std::string secret =
-          "loom-" + network::protocol::Sha256Hex(network::protocol::RandomBase64(32)).substr(0, 40);
+      auto random = cluster::RandomHex(20);
+      if (!random.ok()) return Fail(random.status());
+      const std::string secret = "loom-" + *random;
       const std::string prefix = secret.substr(0, 13);
       auto k = (*s)->AddApiKey(a->id, network::protocol::Sha256Hex(secret), prefix, UnixMs());
       if (!k.ok()) return Fail(k.status());
@@ -212,8 +214,9 @@ void AddHubCommand(CLI::App& app, Action* action) {
     *action = [db, ttl] {
       auto s = Open(*db);
       if (!s.ok()) return Fail(s.status());
-      const std::string t =
-          "enroll-" + network::protocol::Sha256Hex(network::protocol::RandomBase64(32)).substr(0, 32);
+      auto random = cluster::RandomHex(16);
+      if (!random.ok()) return Fail(random.status());
+      const std::string t = "enroll-" + *random;
       Status r = (*s)->AddEnrollToken(network::protocol::Sha256Hex(t),
                                       UnixMs() + static_cast<int64_t>(*ttl * 3.6e6), UnixMs());
       if (!r.ok()) return Fail(r);

@@ -15,20 +15,25 @@ bool ConstantTimeEquals(std::string_view a, std::string_view secret) {
   return diff == 0;
 }
 
-bool BearerMatches(std::string_view authorization, std::string_view key) {
-  if (key.empty()) return true;
+std::string_view BearerToken(std::string_view authorization) {
   constexpr std::string_view kScheme = "bearer";
-  if (authorization.size() <= kScheme.size()) return false;
+  if (authorization.size() <= kScheme.size()) return {};
   for (size_t i = 0; i < kScheme.size(); ++i) {
     char c = authorization[i];
     if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-    if (c != kScheme[i]) return false;
+    if (c != kScheme[i]) return {};
   }
   std::string_view token = authorization.substr(kScheme.size());
-  if (token.front() != ' ') return false;
+  if (token.front() != ' ') return {};
   while (!token.empty() && token.front() == ' ') token.remove_prefix(1);
   while (!token.empty() && token.back() == ' ') token.remove_suffix(1);
-  return ConstantTimeEquals(token, key);
+  return token;
+}
+
+bool BearerMatches(std::string_view authorization, std::string_view key) {
+  if (key.empty()) return true;
+  const std::string_view token = BearerToken(authorization);
+  return !token.empty() && ConstantTimeEquals(token, key);
 }
 
 }  // namespace loom::serve

@@ -22,6 +22,10 @@ int64_t NowUnixMs() {
       .count();
 }
 
+void LogError(const Status& s) {
+  if (!s.ok()) std::fprintf(stderr, "hub: %s\n", s.ToString().c_str());
+}
+
 std::string ErrorBody(const std::string& message, const std::string& type,
                       const std::string& code, const std::string& param) {
   json e;
@@ -142,10 +146,7 @@ void Hub::Impl::Tick() {
 }
 
 std::optional<int64_t> Hub::Impl::Authenticate(const net::Request& request) {
-  std::string_view h = request.Header("authorization");
-  if (h.size() < 7 || (h.substr(0, 7) != "Bearer " && h.substr(0, 7) != "bearer ")) return {};
-  std::string_view key = h.substr(7);
-  while (!key.empty() && key.front() == ' ') key.remove_prefix(1);
+  const std::string_view key = serve::BearerToken(request.Header("authorization"));
   if (key.empty() || key.size() > 256) return {};
   const std::string hash = protocol::Sha256Hex(key);
   const double now = base::NowSeconds();
@@ -154,7 +155,7 @@ std::optional<int64_t> Hub::Impl::Authenticate(const net::Request& request) {
   if (it != key_cache_.end() && now - it->second.second < 10) return it->second.first;
   StatusOr<std::optional<int64_t>> account = store_->AccountForKey(hash);
   if (!account.ok()) {
-    std::fprintf(stderr, "hub: %s\n", account.status().ToString().c_str());
+    LogError(account.status());
     return {};
   }
   if (key_cache_.size() > 100000) key_cache_.clear();

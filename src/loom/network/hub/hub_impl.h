@@ -120,7 +120,10 @@ class Hub::Impl {
   void HandleHello(NodeConn& c, const protocol::Hello& f);
   void HandleRegister(NodeConn& c, const protocol::Register& f);
   void RejectNode(NodeConn& c, std::string code, std::string message, int status);
+  // The node's placement target: all of it (after register, capacity, a new measurement), or
+  // only what heartbeats and attempts change.
   void UpdateFleet(NodeConn& c);
+  void UpdateLoad(NodeConn& c);
   void RemoveFromFleet(NodeConn& c);
   void StartBenchmarks(NodeConn& c);
   void CheckNodes(double now);
@@ -142,6 +145,9 @@ class Hub::Impl {
   void EndJob(Job& job, store::JobState state, const std::string& finish_reason,
               const std::string& error, int status, const std::string& code);
   void CancelJob(const std::string& job_id);
+  // Writes the running attempt's end to the store (its first token's time included).
+  void RecordAttemptEnd(const Job& job, store::AttemptState state, const std::string& error);
+  void SendCancel(const Job& job);  // to the node running it, if it is still connected
   void CheckJobs(double now);
   void DrainQueues();
   Job* JobOfAttempt(const std::string& attempt_id);
@@ -176,6 +182,8 @@ class Hub::Impl {
 };
 
 int64_t NowUnixMs();
+// Store writes the hub cannot undo are logged and the work goes on (the consumer is served).
+void LogError(const Status& s);
 std::string ErrorBody(const std::string& message, const std::string& type,
                       const std::string& code, const std::string& param = "");
 

@@ -7,6 +7,7 @@
 #include <ctime>
 
 #include "loom/base/clock.h"
+#include "loom/cluster/launch_plan.h"
 #include "loom/network/hub/hub_impl.h"
 #include "loom/network/protocol/identity.h"
 #include "loom/serve/api_error.h"
@@ -127,8 +128,14 @@ void Hub::Impl::OnCompletion(bool chat, const net::Request& request,
           "context_length_exceeded"));
     }
   }
+  StatusOr<std::string> random = cluster::RandomHex(12);
+  if (!random.ok()) {
+    responder->Respond(500, "application/json",
+                       ErrorBody(random.status().message(), "server_error", "hub_error"));
+    return;
+  }
   auto job = std::make_unique<Job>();
-  job->id = (chat ? "chatcmpl-" : "cmpl-") + protocol::Sha256Hex(protocol::RandomBase64(16)).substr(0, 24);
+  job->id = (chat ? "chatcmpl-" : "cmpl-") + *random;
   job->account_id = account_id;
   job->model = gen.model;
   job->chat = chat;
@@ -287,12 +294,11 @@ void Hub::Impl::StartAttempt(Job& job, NodeConn& node, const placement::Decision
     rec.node_id = node.node_id;
     rec.number = job.attempts;
     rec.started_ms = NowUnixMs();
-    Status added = store_->AddAttempt(rec);
-    if (!added.ok()) std::fprintf(stderr, "hub: %s\n", added.ToString().c_str());
+    LogError(store_->AddAttempt(rec));
   }
   node.attempts.insert(job.attempt_id);
   attempt_job_[job.attempt_id] = job.id;
-  UpdateFleet(node);
+  UpdateLoad(node);
   SendFrame(node, a);
 }
 
@@ -336,7 +342,6 @@ void Hub::Impl::OnChunk(NodeConn& c, const protocol::Chunk& f) {
 void Hub::Impl::OnComplete(NodeConn& c, const protocol::Complete& f) {
   Job* job = JobOfAttempt(f.attempt_id);
   if (job == nullptr || job->node_id != c.node_id) return;
-  const double now = base::NowSeconds();
   if (job->benchmark) {
     // The hub's own measurement of this node on this model.
     Measured m;
@@ -359,10 +364,7 @@ void Hub::Impl::OnComplete(NodeConn& c, const protocol::Complete& f) {
     UpdateFleet(c);
     return;
   }
-  Status fin = store_->FinishAttempt(job->attempt_id, store::AttemptState::kCompleted,
-                                     NowUnixMs(), NowUnixMs(), job->attempt_tokens, "");
-  if (!fin.ok()) std::fprintf(stderr, "hub: %s\n", fin.ToString().c_str());
-  (void)now;
+  RecordAttemptEnd(*job, store::AttemptState::kCompleted, "");
   EndJob(*job, store::JobState::kCompleted, f.finish_reason, "", 200, "");
 }
 
@@ -379,9 +381,7 @@ void Hub::Impl::OnNodeError(NodeConn& c, const protocol::Error& f) {
   const bool consumer_error = f.status >= 400 && f.status < 500 && f.status != 408 &&
                               f.status != 429 && job->generated.empty() && !job->benchmark;
   if (consumer_error) {
-    Status fin = store_->FinishAttempt(job->attempt_id, store::AttemptState::kFailed, 0,
-                                       NowUnixMs(), job->attempt_tokens, f.message);
-    if (!fin.ok()) std::fprintf(stderr, "hub: %s\n", fin.ToString().c_str());
+    RecordAttemptEnd(*job, store::AttemptState::kFailed, f.message);
     return EndJob(*job, store::JobState::kFailed, "", f.message, f.status, f.code);
   }
   FailAttempt(*job, "node " + c.node_id + ": " + f.message);
@@ -392,7 +392,7 @@ void Hub::Impl::FailAttempt(Job& job, const std::string& message) {
   if (NodeConn* node = ReadyNode(job.node_id)) {
     node->attempts.erase(job.attempt_id);
     if (job.benchmark) node->benchmarking.erase(job.model);
-    UpdateFleet(*node);
+    UpdateLoad(*node);
   }
   attempt_job_.erase(job.attempt_id);
   if (job.benchmark) {
@@ -400,9 +400,7 @@ void Hub::Impl::FailAttempt(Job& job, const std::string& message) {
     jobs_.erase(job.id);
     return;
   }
-  Status fin = store_->FinishAttempt(job.attempt_id, store::AttemptState::kFailed,
-                                     0, NowUnixMs(), job.attempt_tokens, message);
-  if (!fin.ok()) std::fprintf(stderr, "hub: %s\n", fin.ToString().c_str());
+  RecordAttemptEnd(job, store::AttemptState::kFailed, message);
   job.excluded.push_back(job.node_id);
   job.node_id.clear();
   job.attempt_id.clear();
@@ -468,9 +466,8 @@ void Hub::Impl::EndJob(Job& job, store::JobState state, const std::string& finis
       }
     }
   }
-  Status fin = store_->FinishJob(job.id, state, NowUnixMs(), prompt_tokens,
-                                 static_cast<int64_t>(job.generated.size()), finish_reason, error);
-  if (!fin.ok()) std::fprintf(stderr, "hub: %s\n", fin.ToString().c_str());
+  LogError(store_->FinishJob(job.id, state, NowUnixMs(), prompt_tokens,
+                            static_cast<int64_t>(job.generated.size()), finish_reason, error));
   if (state == store::JobState::kCompleted) {
     jobs_completed_ += 1;
   } else {
@@ -479,7 +476,7 @@ void Hub::Impl::EndJob(Job& job, store::JobState state, const std::string& finis
   if (!job.attempt_id.empty()) {
     if (NodeConn* node = ReadyNode(job.node_id)) {
       node->attempts.erase(job.attempt_id);
-      UpdateFleet(*node);
+      UpdateLoad(*node);
     }
     attempt_job_.erase(job.attempt_id);
   }
@@ -496,16 +493,30 @@ void Hub::Impl::CancelJob(const std::string& job_id) {
   if (it == jobs_.end()) return;
   Job& job = *it->second;
   if (!job.attempt_id.empty()) {
-    if (NodeConn* node = ReadyNode(job.node_id)) {
-      protocol::Cancel cancel;
-      cancel.attempt_id = job.attempt_id;
-      SendFrame(*node, cancel);
-    }
-    Status fin = store_->FinishAttempt(job.attempt_id, store::AttemptState::kCancelled, 0,
-                                       NowUnixMs(), job.attempt_tokens, "the client disconnected");
-    if (!fin.ok()) std::fprintf(stderr, "hub: %s\n", fin.ToString().c_str());
+    SendCancel(job);
+    RecordAttemptEnd(job, store::AttemptState::kCancelled, "the client disconnected");
   }
   EndJob(job, store::JobState::kFailed, "", "the client disconnected", 499, "client_closed");
+}
+
+void Hub::Impl::RecordAttemptEnd(const Job& job, store::AttemptState state,
+                                  const std::string& error) {
+  const int64_t now_ms = NowUnixMs();
+  // The first token's time, moved from the monotonic clock onto the store's wall clock.
+  const int64_t first_ms =
+      job.first_token_at > 0
+          ? now_ms - static_cast<int64_t>((base::NowSeconds() - job.first_token_at) * 1000)
+          : 0;
+  LogError(store_->FinishAttempt(job.attempt_id, state, first_ms, now_ms, job.attempt_tokens,
+                                 error));
+}
+
+void Hub::Impl::SendCancel(const Job& job) {
+  if (NodeConn* node = ReadyNode(job.node_id)) {
+    protocol::Cancel cancel;
+    cancel.attempt_id = job.attempt_id;
+    SendFrame(*node, cancel);
+  }
 }
 
 void Hub::Impl::CheckJobs(double now) {
@@ -535,11 +546,7 @@ void Hub::Impl::CheckJobs(double now) {
       why = "the stream stalled";
     }
     if (why.empty()) continue;
-    if (NodeConn* node = ReadyNode(job.node_id)) {
-      protocol::Cancel cancel;
-      cancel.attempt_id = job.attempt_id;
-      SendFrame(*node, cancel);
-    }
+    SendCancel(job);
     FailAttempt(job, "node " + job.node_id + ": " + why);
   }
 }

@@ -84,7 +84,7 @@ void Hub::Impl::OnNodeMessage(uint64_t conn_id, std::string_view text) {
         if constexpr (std::is_same_v<F, protocol::Heartbeat>) {
           c.last = f;
           c.last_heartbeat = base::NowSeconds();
-          UpdateFleet(c);
+          UpdateLoad(c);
           StartBenchmarks(c);  // a model that finished loading gets measured
         } else if constexpr (std::is_same_v<F, protocol::Capacity>) {
           c.models = f.models;
@@ -162,8 +162,7 @@ void Hub::Impl::HandleRegister(NodeConn& c, const protocol::Register& f) {
   c.phase = NodeConn::Phase::kReady;
   ready_[c.node_id] = c.conn_id;
   UpdateFleet(c);
-  Status touched = store_->TouchNode(c.node_id, NowUnixMs());
-  if (!touched.ok()) std::fprintf(stderr, "hub: %s\n", touched.ToString().c_str());
+  LogError(store_->TouchNode(c.node_id, NowUnixMs()));
   protocol::Welcome w;
   w.node_id = c.node_id;
   w.heartbeat_ms = static_cast<int32_t>(options_.heartbeat_s * 1000);
@@ -184,12 +183,6 @@ void Hub::Impl::UpdateFleet(NodeConn& c) {
   placement::Target& t = fleet_[static_cast<size_t>(c.fleet_index)];
   t.id = c.node_id;
   t.ranks = c.pod ? c.pod->tp * c.pod->pp : 1;
-  t.draining = c.last.draining;
-  t.paused = c.last.paused;
-  t.mem_free_bytes = std::min(c.last.mem_free_bytes, c.facts.mem_total_bytes);
-  // The hub's own count of what it sent there, or the node's if larger (its owner's requests).
-  t.running = std::max<int32_t>(static_cast<int32_t>(c.attempts.size()), c.last.running);
-  t.waiting = c.last.waiting;
   t.max_concurrency = c.max_concurrency;
   t.mem_bandwidth_gbps = c.facts.mem_bandwidth_gbps;
   t.models.resize(c.models.size());
@@ -201,10 +194,24 @@ void Hub::Impl::UpdateFleet(NodeConn& c) {
     o.weight_bytes = m.weight_bytes;
     o.kv_bytes_per_token = m.kv_bytes_per_token;
     o.context = m.context;
-    o.loaded = std::find(c.last.loaded.begin(), c.last.loaded.end(), m.name) != c.last.loaded.end();
     auto s = speeds.find(m.name);
     o.prefill_tps = s == speeds.end() ? 0 : s->second.prefill_tps;
     o.decode_tps = s == speeds.end() ? 0 : s->second.decode_tps;
+  }
+  UpdateLoad(c);
+}
+
+void Hub::Impl::UpdateLoad(NodeConn& c) {
+  if (c.fleet_index < 0) return;
+  placement::Target& t = fleet_[static_cast<size_t>(c.fleet_index)];
+  t.draining = c.last.draining;
+  t.paused = c.last.paused;
+  t.mem_free_bytes = std::min(c.last.mem_free_bytes, c.facts.mem_total_bytes);
+  // The hub's own count of what it sent there, or the node's if larger (its owner's requests).
+  t.running = std::max<int32_t>(static_cast<int32_t>(c.attempts.size()), c.last.running);
+  t.waiting = c.last.waiting;
+  for (placement::ModelOffer& o : t.models) {
+    o.loaded = std::find(c.last.loaded.begin(), c.last.loaded.end(), o.name) != c.last.loaded.end();
   }
 }
 
@@ -284,7 +291,6 @@ void Hub::Impl::StartBenchmarks(NodeConn& c) {
                         {"ignore_eos", true}};
     job->max_tokens = kBenchmarkTokens;
     job->prompt_estimate = 128;
-    job->excluded.clear();
     c.benchmarking.insert(m.name);
     placement::Decision d;
     d.placed = true;

@@ -647,11 +647,7 @@ void Agent::Impl::WriteStatus() {
 }
 
 void Agent::Impl::MaybeDrained() {
-  if (!draining_ || !drained_) return;
-  for (const auto& [id, a] : attempts_) {
-    (void)a;
-    return;  // something still runs
-  }
+  if (!draining_ || !drained_ || !attempts_.empty()) return;
   auto done = std::move(drained_);
   drained_ = nullptr;
   heartbeat_.cancel();

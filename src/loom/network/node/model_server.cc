@@ -17,7 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "loom/network/protocol/identity.h"
+#include "loom/cluster/launch_plan.h"
 
 namespace loom::network::node {
 
@@ -29,13 +29,50 @@ struct ModelServer::Shared {
   int out_fd = -1;
 };
 
+namespace {
+
+struct Child {
+  pid_t pid = -1;
+  int out_fd = -1;  // the read end of the child's stdout
+};
+
+// Starts `args` (args[0] is the executable) with its stdout on a pipe; it gets SIGTERM when this
+// process dies.
+StatusOr<Child> SpawnReadingStdout(std::vector<std::string> args) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) {
+    return InternalError("node: pipe for ", args[0], ": ", std::strerror(errno));
+  }
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(fds[0]);
+    ::close(fds[1]);
+    return InternalError("node: fork: ", std::strerror(errno));
+  }
+  if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != parent) ::_exit(1);
+    ::dup2(fds[1], STDOUT_FILENO);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  ::close(fds[1]);
+  return Child{pid, fds[0]};
+}
+
+}  // namespace
+
 StatusOr<std::unique_ptr<ModelServer>> ModelServer::Start(boost::asio::io_context& io,
                                                           const std::string& name,
                                                           const std::string& path,
                                                           const ServeConfig& config,
                                                           std::function<void(Status)> ready) {
   std::unique_ptr<ModelServer> s(new ModelServer());
-  s->api_key_ = protocol::Sha256Hex(protocol::RandomBase64(24));
+  LOOM_ASSIGN_OR_RETURN(s->api_key_, cluster::RandomHex(32));
   std::vector<std::string> args = {config.loom_binary, "serve", "-m", path,
                                    "--host", "127.0.0.1", "--port", "0",
                                    "--model-name", name, "--api-key", s->api_key_,
@@ -48,35 +85,14 @@ StatusOr<std::unique_ptr<ModelServer>> ModelServer::Start(boost::asio::io_contex
   if (config.tp > 1 || config.pp > 1) {
     args.insert(args.end(), {"--tp", std::to_string(config.tp), "--pp", std::to_string(config.pp)});
   }
-  int pipe_fds[2];
-  if (::pipe2(pipe_fds, O_CLOEXEC) != 0) {
-    return InternalError("node: pipe for loom serve: ", std::strerror(errno));
-  }
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  const pid_t parent = ::getpid();
-  const pid_t pid = ::fork();
-  if (pid < 0) {
-    ::close(pipe_fds[0]);
-    ::close(pipe_fds[1]);
-    return InternalError("node: fork: ", std::strerror(errno));
-  }
-  if (pid == 0) {
-    // The child: dies with the agent; its stdout (where the URL is printed) goes to the pipe.
-    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (::getppid() != parent) ::_exit(1);
-    ::dup2(pipe_fds[1], STDOUT_FILENO);
-    ::execv(argv[0], argv.data());
-    ::_exit(127);
-  }
-  ::close(pipe_fds[1]);
+  LOOM_ASSIGN_OR_RETURN(Child child, SpawnReadingStdout(std::move(args)));
+  const pid_t pid = child.pid;
   s->pid_ = pid;
   s->shared_ = std::make_shared<Shared>();
-  s->shared_->out_fd = pipe_fds[0];
+  s->shared_->out_fd = child.out_fd;
   std::weak_ptr<Shared> weak = s->shared_;
   Shared* sh = s->shared_.get();
-  const int fd = pipe_fds[0];
+  const int fd = child.out_fd;
   // A thread reads the child's stdout until it closes: the URL line makes the server ready.
   sh->reader = std::thread([&io, weak, fd, pid, ready = std::move(ready), sh] {
     std::string out;
@@ -135,31 +151,17 @@ ModelServer::~ModelServer() {
 StatusOr<PodSplit> PlanPodSplit(const std::string& loom_binary, const std::string& model_path,
                                 int ranks) {
   const std::string n = std::to_string(ranks);
-  std::vector<std::string> args = {loom_binary, "plan", "-m", model_path, "--ranks", n,
-                                   "--ranks-per-host", n, "--json"};
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) return InternalError("node: pipe: ", std::strerror(errno));
-  const pid_t pid = ::fork();
-  if (pid < 0) {
-    ::close(fds[0]);
-    ::close(fds[1]);
-    return InternalError("node: fork: ", std::strerror(errno));
-  }
-  if (pid == 0) {
-    ::dup2(fds[1], STDOUT_FILENO);
-    ::execv(argv[0], argv.data());
-    ::_exit(127);
-  }
-  ::close(fds[1]);
+  LOOM_ASSIGN_OR_RETURN(Child child, SpawnReadingStdout({loom_binary, "plan", "-m", model_path,
+                                                         "--ranks", n, "--ranks-per-host", n,
+                                                         "--json"}));
   std::string out;
   char buf[4096];
-  for (ssize_t r; (r = ::read(fds[0], buf, sizeof(buf))) > 0;) out.append(buf, static_cast<size_t>(r));
-  ::close(fds[0]);
+  for (ssize_t r; (r = ::read(child.out_fd, buf, sizeof(buf))) > 0;) {
+    out.append(buf, static_cast<size_t>(r));
+  }
+  ::close(child.out_fd);
   int status = 0;
-  ::waitpid(pid, &status, 0);
+  ::waitpid(child.pid, &status, 0);
   const auto plan = nlohmann::json::parse(out, nullptr, false);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || plan.is_discarded() ||
       !plan.contains("plans") || !plan["plans"].is_array()) {

@@ -13,12 +13,12 @@
 
 #include <hwy/targets.h>
 #include <nlohmann/json.hpp>
-#include <openssl/evp.h>
 
 #include "loom/base/mapped_file.h"
 #include "loom/base/sysinfo.h"
 #include "loom/model/model_cache.h"
 #include "loom/model/model_file.h"
+#include "loom/network/protocol/identity.h"
 
 namespace loom::network::node {
 namespace {
@@ -26,40 +26,11 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-// SHA-256 of a sequence of byte ranges, as lowercase hex.
-template <class Feed>
-StatusOr<std::string> Sha256Hex(Feed feed) {
-  std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
-  if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1) {
-    return InternalError("sha256: OpenSSL digest setup failed");
-  }
-  bool ok = true;
-  feed([&](const void* data, size_t n) {
-    ok = ok && EVP_DigestUpdate(ctx.get(), data, n) == 1;
-  });
-  unsigned char digest[32];
-  unsigned int len = 0;
-  if (!ok || EVP_DigestFinal_ex(ctx.get(), digest, &len) != 1 || len != 32) {
-    return InternalError("sha256: digest failed");
-  }
-  static const char* kHex = "0123456789abcdef";
-  std::string hex;
-  for (unsigned char b : digest) {
-    hex.push_back(kHex[b >> 4]);
-    hex.push_back(kHex[b & 15]);
-  }
-  return hex;
-}
-
 // SHA-256 of a file's bytes, read through its mapping.
 StatusOr<std::string> HashFile(const std::string& path) {
   LOOM_ASSIGN_OR_RETURN(base::MappedFile file, base::MappedFile::Open(path));
-  return Sha256Hex([&](auto update) {
-    constexpr int64_t kPiece = int64_t{64} << 20;
-    for (int64_t off = 0; off < file.size(); off += kPiece) {
-      update(file.data() + off, static_cast<size_t>(std::min(kPiece, file.size() - off)));
-    }
-  });
+  return protocol::Sha256Hex(
+      std::string_view(reinterpret_cast<const char*>(file.data()), static_cast<size_t>(file.size())));
 }
 
 // The files whose bytes make up a model: the file itself, or a directory's weight files.
@@ -120,7 +91,7 @@ StatusOr<std::string> HashModel(const std::vector<std::string>& files, const std
   }
   if (files.size() == 1) return combined;
   // Several files: the hash of their hashes in name order.
-  return Sha256Hex([&](auto update) { update(combined.data(), combined.size()); });
+  return protocol::Sha256Hex(combined);
 }
 
 }  // namespace

@@ -338,9 +338,4 @@ std::string Sha256Hex(std::string_view bytes) {
   return out;
 }
 
-bool ConstantTimeEquals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  return a.empty() || CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
-}
-
 }  // namespace loom::network::protocol

@@ -64,7 +64,4 @@ StatusOr<std::string> Base64Decode(std::string_view b64);
 // SHA-256 of `bytes` as 64 lowercase hex digits.
 std::string Sha256Hex(std::string_view bytes);
 
-// Compares in time that depends only on the lengths (for secrets: tokens, API key hashes).
-bool ConstantTimeEquals(std::string_view a, std::string_view b);
-
 }  // namespace loom::network::protocol

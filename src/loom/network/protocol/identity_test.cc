@@ -194,13 +194,5 @@ TEST(IdentityTest, Sha256HexMatchesKnownVectors) {
   EXPECT_EQ(Sha256Hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
 }
 
-TEST(IdentityTest, ConstantTimeEqualsComparesContentAndLength) {
-  EXPECT_TRUE(ConstantTimeEquals("", ""));
-  EXPECT_TRUE(ConstantTimeEquals("secret", "secret"));
-  EXPECT_FALSE(ConstantTimeEquals("secret", "secreT"));
-  EXPECT_FALSE(ConstantTimeEquals("secret", "secret2"));
-  EXPECT_FALSE(ConstantTimeEquals("", "x"));
-}
-
 }  // namespace
 }  // namespace loom::network::protocol
