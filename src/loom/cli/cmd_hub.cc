@@ -136,6 +136,16 @@ void AddHubCommand(CLI::App& app, Action* action) {
   h->add_option("--queue-wait-s", flags->options.queue_wait_s,
                 "a request with no free node waits this long, then 503")
       ->capture_default_str();
+  h->add_option("--unload-idle-s", flags->options.unload_idle_s,
+                "unload a model idle this long on a node, but the network's last loaded copy "
+                "(0: never)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  h->add_option("--warm-at", flags->options.warm_at,
+                "load one more copy of a model when its loaded copies are this busy, running / "
+                "slots (0: never)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
   h->add_option("--max-body", flags->options.max_body_bytes, "request body limit (413 beyond)")
       ->capture_default_str();
   h->add_option("--read-timeout", flags->options.read_timeout_s, "seconds a request may take to "
@@ -334,6 +344,14 @@ void AddHubCommand(CLI::App& app, Action* action) {
                     job["node_id"].get<std::string>().c_str(),
                     static_cast<long long>(job["attempt"].get<int64_t>()),
                     static_cast<long long>(job["tokens"].get<int64_t>()));
+      }
+      // The latest residency actions (load_model / unload_model) and why.
+      const json& actions = j.contains("model_actions") ? j["model_actions"] : json::array();
+      for (size_t i = actions.size() > 5 ? actions.size() - 5 : 0; i < actions.size(); ++i) {
+        const json& a = actions[i];
+        std::printf("  %s %s on %s: %s\n", a.value("action", "").c_str(),
+                    a.value("model", "").c_str(), a.value("node_id", "").c_str(),
+                    a.value("reason", "").c_str());
       }
       return 0;
     };

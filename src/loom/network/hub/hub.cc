@@ -134,6 +134,7 @@ void Hub::Impl::Tick() {
   // Heartbeat deadlines are seconds long: scanning every connection once a second is enough.
   if (now - last_node_check_ >= 1.0) {
     CheckNodes(now);
+    ManageModels(now);
     last_node_check_ = now;
   }
   CheckJobs(now);
@@ -294,7 +295,8 @@ json Hub::Impl::StatusJson() const {
               {"queues", queues},
               {"jobs_completed", jobs_completed_},
               {"jobs_failed", jobs_failed_},
-              {"failovers", failovers_}};
+              {"failovers", failovers_},
+              {"model_actions", json(model_actions_)}};
 }
 
 void Hub::Impl::SendFrame(NodeConn& c, const protocol::Frame& f) {

@@ -40,6 +40,12 @@ struct HubOptions {
   double queue_wait_s = 30;     // a request with no free target waits this long, then 503
   int64_t queue_limit = 64;     // waiting requests per model, beyond: 503 at once
   int max_attempts = 3;         // per job, the first included
+  // Residency.  A loaded model that has run nothing on a node for unload_idle_s is unloaded there
+  // (0: never), except the network's last loaded copy of it; when the loaded copies of a model
+  // are this busy (running / slots), the hub loads one more copy on the best holder that has the
+  // memory free (0: never).  A request waiting for memory that idle models hold gets them unloaded.
+  double unload_idle_s = 900;
+  double warm_at = 0.75;
   int64_t max_body_bytes = int64_t{4} << 20;
   double read_timeout_s = 10;
   int64_t max_connections = 20000;  // consumers and nodes together

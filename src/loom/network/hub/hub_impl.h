@@ -56,6 +56,11 @@ struct NodeConn {
   std::set<std::string> attempts;       // attempt ids running there now
   std::set<std::string> benchmarking;   // models whose benchmark is in flight
   int64_t fleet_index = -1;             // into Impl::fleet_ when ready
+  // Residency (hub_models.cc): when the hub asked this node to load or unload a model (until a
+  // heartbeat shows it done, or the request times out), and when each loaded model last ran an
+  // attempt here or was first seen loaded.
+  std::map<std::string, double> load_sent, unload_sent;
+  std::map<std::string, double> model_used;
 };
 
 // One consumer request (or a hub benchmark), across its attempts.
@@ -151,7 +156,20 @@ class Hub::Impl {
   void CheckJobs(double now);
   void DrainQueues();
   Job* JobOfAttempt(const std::string& attempt_id);
+  void IndexModels();
+  // The largest context any ready target offers for `model` (0: none holds it).
+  int64_t LargestContext(const std::string& model);
   void SendFrame(NodeConn& c, const protocol::Frame& f);
+
+  // hub_models.cc: which models stay loaded where (load_model / unload_model).
+  void ManageModels(double now);
+  void NoteLoaded(NodeConn& c, const std::vector<std::string>& before, double now);
+  // For a request placement could not place: unloads the least recently used idle models on the
+  // one holder of `model` where that frees the most memory for the fewest bytes.  True when a copy
+  // is loaded, loading or about to have room (the request should wait), false when nothing helps.
+  bool MakeRoom(const Job& job, int64_t positions, double now);
+  void SendResidency(NodeConn& c, const std::string& model, bool load, double now,
+                     const std::string& why);
 
   boost::asio::io_context& io_;
   HubOptions options_;
@@ -170,12 +188,18 @@ class Hub::Impl {
   std::unordered_map<std::string, uint64_t> ready_;          // node id -> conn id
   std::vector<placement::Target> fleet_;                     // ready nodes, for placement
   std::vector<uint64_t> fleet_conn_;                         // fleet_[i]'s conn id
+  // model -> fleet_ indices of its holders (registry order) and their largest context; rebuilt
+  // by IndexModels when UpdateFleet or RemoveFromFleet changed the fleet's models.
+  std::unordered_map<std::string, std::vector<int32_t>> holders_;
+  std::unordered_map<std::string, int64_t> contexts_;
+  bool models_dirty_ = true;
   std::map<std::string, std::map<std::string, Measured>> measured_;  // node -> model -> speeds
   std::map<std::string, double> bench_retry_at_;  // "node model" -> when a failed one is retried
   std::unordered_map<std::string, std::unique_ptr<Job>> jobs_;
   std::unordered_map<std::string, std::string> attempt_job_;  // attempt id -> job id
   std::map<std::string, std::deque<std::string>> queues_;     // model -> waiting job ids
   std::deque<json> decisions_;                                // the latest, for admins
+  std::deque<json> model_actions_;  // the latest load_model / unload_model sent, and why
   // API key hash -> (account, when looked up): a short cache in front of the store.
   std::unordered_map<std::string, std::pair<std::optional<int64_t>, double>> key_cache_;
   int64_t jobs_completed_ = 0, jobs_failed_ = 0, failovers_ = 0;

@@ -73,6 +73,26 @@ int64_t EstimatePromptTokens(bool chat, const serve::ChatParams& chat_params,
 
 }  // namespace
 
+void Hub::Impl::IndexModels() {
+  if (!models_dirty_) return;
+  holders_.clear();
+  contexts_.clear();
+  for (size_t i = 0; i < fleet_.size(); ++i) {
+    for (const placement::ModelOffer& m : fleet_[i].models) {
+      holders_[m.name].push_back(static_cast<int32_t>(i));
+      int64_t& c = contexts_[m.name];
+      c = std::max(c, m.context);
+    }
+  }
+  models_dirty_ = false;
+}
+
+int64_t Hub::Impl::LargestContext(const std::string& model) {
+  IndexModels();
+  auto it = contexts_.find(model);
+  return it == contexts_.end() ? 0 : it->second;
+}
+
 Job* Hub::Impl::JobOfAttempt(const std::string& attempt_id) {
   auto a = attempt_job_.find(attempt_id);
   if (a == attempt_job_.end()) return nullptr;
@@ -104,12 +124,7 @@ void Hub::Impl::OnCompletion(bool chat, const net::Request& request,
   // What is certain without a tokenizer, against the largest context any holder offers, is the
   // consumer's error, answered as loom serve answers it: a token-id prompt that does not fit, and
   // max_tokens beyond the context.
-  int64_t context = 0;
-  for (const placement::Target& t : fleet_) {
-    for (const placement::ModelOffer& m : t.models) {
-      if (m.name == gen.model) context = std::max(context, m.context);
-    }
-  }
+  const int64_t context = LargestContext(gen.model);
   if (context > 0 && gen.max_tokens && *gen.max_tokens > context) {
     return fail(serve::BadParam("max_tokens",
                                 "max_tokens is " + std::to_string(*gen.max_tokens) +
@@ -185,7 +200,11 @@ void Hub::Impl::TryPlace(Job& job) {
                                  : 256;
   pr.exclude = job.excluded;
   const double place_start = base::NowSeconds();
-  placement::Decision d = placement::Place(pr, fleet_, tuning_, random_);
+  IndexModels();
+  static const std::vector<int32_t> kNone;
+  auto holders = holders_.find(pr.model);
+  placement::Decision d = placement::Place(pr, fleet_, holders == holders_.end() ? kNone : holders->second,
+                                           tuning_, random_);
   const double place_us = (base::NowSeconds() - place_start) * 1e6;
   if (!job.benchmark) {
     json rec = placement::DecisionToJson(d);
@@ -208,7 +227,9 @@ void Hub::Impl::TryPlace(Job& job) {
     if (NodeConn* node = ReadyNode(d.target_id)) return StartAttempt(job, *node, d);
   }
   const bool in_grace = base::NowSeconds() - started_at_ < options_.grace_s;
-  if (d.reason == "no_node_for_model" && !in_grace) {
+  // Idle models may be filling the memory this request needs: unloading them is worth the wait.
+  const bool room = !job.benchmark && MakeRoom(job, pr.prompt_tokens + pr.max_tokens, base::NowSeconds());
+  if (d.reason == "no_node_for_model" && !in_grace && !room) {
     return EndJob(job, store::JobState::kFailed, "", d.detail, 503, "no_node_for_model");
   }
   if (!job.queued) {
@@ -223,10 +244,7 @@ void Hub::Impl::TryPlace(Job& job) {
     job.queued = true;
     job.queued_at = base::NowSeconds();
   }
-  job.queue_reason = d.reason.empty() ? "over_capacity" : d.reason;
-  if (in_grace && d.reason == "no_node_for_model") {
-    job.queue_reason = "no_node_for_model";
-  }
+  job.queue_reason = d.reason.empty() || room ? "over_capacity" : d.reason;
 }
 
 void Hub::Impl::DrainQueues() {

@@ -82,8 +82,10 @@ void Hub::Impl::OnNodeMessage(uint64_t conn_id, std::string_view text) {
       [&](const auto& f) {
         using F = std::decay_t<decltype(f)>;
         if constexpr (std::is_same_v<F, protocol::Heartbeat>) {
+          const std::vector<std::string> before = std::move(c.last.loaded);
           c.last = f;
           c.last_heartbeat = base::NowSeconds();
+          NoteLoaded(c, before, c.last_heartbeat);
           UpdateLoad(c);
           StartBenchmarks(c);  // a model that finished loading gets measured
         } else if constexpr (std::is_same_v<F, protocol::Capacity>) {
@@ -181,6 +183,7 @@ void Hub::Impl::UpdateFleet(NodeConn& c) {
     fleet_conn_.push_back(c.conn_id);
   }
   placement::Target& t = fleet_[static_cast<size_t>(c.fleet_index)];
+  models_dirty_ = true;
   t.id = c.node_id;
   t.ranks = c.pod ? c.pod->tp * c.pod->pp : 1;
   t.max_concurrency = c.max_concurrency;
@@ -217,6 +220,7 @@ void Hub::Impl::UpdateLoad(NodeConn& c) {
 
 void Hub::Impl::RemoveFromFleet(NodeConn& c) {
   if (c.fleet_index < 0) return;
+  models_dirty_ = true;
   const size_t i = static_cast<size_t>(c.fleet_index);
   const size_t last = fleet_.size() - 1;
   if (i != last) {

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <map>
 #include <random>
+#include <set>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -137,6 +138,13 @@ class Agent::Impl {
   void OnDone(const std::string& id, const Status& s);
   void Finish(const std::string& id);
   void Load(const std::string& name);
+  // The hub's load_model / unload_model.  An unload waits for the model's running attempts.
+  void OnLoadModel(const std::string& name);
+  void OnUnloadModel(const std::string& name);
+  void Unload(const std::string& name);
+  int64_t Footprint(const LocalModel& m) const {
+    return m.info.weight_bytes + options_.serve.parallel * m.info.context * m.info.kv_bytes_per_token;
+  }
   void Heartbeat();
   std::vector<protocol::ModelInfo> ModelInfos() const;
   int64_t MemFree() const;
@@ -154,6 +162,7 @@ class Agent::Impl {
   int64_t max_memory_ = 0;
   std::vector<LocalModel> models_;
   std::map<std::string, std::unique_ptr<ModelServer>> servers_;
+  std::set<std::string> unload_pending_;  // the hub asked; unloaded when its attempts end
   std::shared_ptr<net::WebSocket> ws_;
   bool welcomed_ = false;
   int64_t heartbeat_ms_ = 5000;  // as the hub's welcome says
@@ -205,9 +214,7 @@ Status Agent::Impl::Init() {
   }
   // Load what fits now; the rest stays on disk and loads when the hub assigns it.
   for (const LocalModel& m : models_) {
-    const int64_t need = m.info.weight_bytes +
-                         options_.serve.parallel * m.info.context * m.info.kv_bytes_per_token;
-    if (need <= MemFree()) Load(m.name);
+    if (Footprint(m) <= MemFree()) Load(m.name);
   }
   return OkStatus();
 }
@@ -215,10 +222,7 @@ Status Agent::Impl::Init() {
 int64_t Agent::Impl::MemFree() const {
   int64_t used = 0;
   for (const LocalModel& m : models_) {
-    if (servers_.count(m.name)) {
-      used += m.info.weight_bytes +
-              options_.serve.parallel * m.info.context * m.info.kv_bytes_per_token;
-    }
+    if (servers_.count(m.name)) used += Footprint(m);
   }
   return std::max<int64_t>(0, max_memory_ - used);
 }
@@ -260,6 +264,40 @@ void Agent::Impl::Load(const std::string& name) {
     return;
   }
   servers_[name] = std::move(*s);
+}
+
+void Agent::Impl::OnLoadModel(const std::string& name) {
+  auto m = std::find_if(models_.begin(), models_.end(), [&](auto& x) { return x.name == name; });
+  if (m == models_.end()) {
+    std::fprintf(stderr, "node: the hub asked to load '%s', which this node does not hold\n",
+                 name.c_str());
+    return;
+  }
+  unload_pending_.erase(name);
+  if (servers_.count(name)) return;  // loaded or loading
+  if (Footprint(*m) > MemFree()) {
+    std::fprintf(stderr, "node: not loading %s for the hub: it needs %.2f GB, %.2f GB lendable\n",
+                 name.c_str(), Footprint(*m) / 1e9, MemFree() / 1e9);
+    return;
+  }
+  Load(name);
+}
+
+void Agent::Impl::OnUnloadModel(const std::string& name) {
+  if (!servers_.count(name)) return;
+  if (std::any_of(attempts_.begin(), attempts_.end(),
+                  [&](const auto& a) { return a.second.model == name; })) {
+    unload_pending_.insert(name);  // after its running requests
+    return;
+  }
+  Unload(name);
+}
+
+void Agent::Impl::Unload(const std::string& name) {
+  unload_pending_.erase(name);
+  if (servers_.erase(name) == 0) return;
+  std::fprintf(stderr, "node: unloaded %s (the hub asked)\n", name.c_str());
+  Heartbeat();
 }
 
 void Agent::Impl::Connect() {
@@ -362,19 +400,14 @@ void Agent::Impl::OnMessage(std::string_view text) {
   } else if (auto* a = std::get_if<protocol::Assign>(&*frame)) {
     OnAssign(*a);
   } else if (auto* c = std::get_if<protocol::Cancel>(&*frame)) {
-    auto it = attempts_.find(c->attempt_id);
-    if (it != attempts_.end()) {
-      if (it->second.call) it->second.call->Cancel();
-      attempts_.erase(it);
-    }
+    Finish(c->attempt_id);
   } else if (std::get_if<protocol::Drain>(&*frame)) {
     draining_ = true;
     Heartbeat();
   } else if (auto* l = std::get_if<protocol::LoadModel>(&*frame)) {
-    Load(l->model);
+    OnLoadModel(l->model);
   } else if (auto* u = std::get_if<protocol::UnloadModel>(&*frame)) {
-    servers_.erase(u->model);
-    Heartbeat();
+    OnUnloadModel(u->model);
   } else if (auto* e = std::get_if<protocol::Error>(&*frame)) {
     std::fprintf(stderr, "node: the hub says %s: %s\n", e->code.c_str(), e->message.c_str());
   }
@@ -419,11 +452,10 @@ void Agent::Impl::OnAssign(const protocol::Assign& assign) {
   a.request["stream"] = true;
   a.request["return_token_ids"] = true;
   auto [it, inserted] = attempts_.emplace(a.id, std::move(a));
+  unload_pending_.erase(assign.model);  // wanted again
   auto s = servers_.find(assign.model);
   if (s == servers_.end()) {
-    const int64_t need = m->info.weight_bytes +
-                         options_.serve.parallel * m->info.context * m->info.kv_bytes_per_token;
-    if (need > MemFree()) {
+    if (Footprint(*m) > MemFree()) {
       attempts_.erase(it);
       return SendError(assign.attempt_id, "no_memory",
                        "not enough lendable memory to load '" + assign.model + "'", 503);
@@ -582,8 +614,14 @@ void Agent::Impl::Finish(const std::string& id) {
   auto it = attempts_.find(id);
   if (it == attempts_.end()) return;
   std::shared_ptr<net::ClientCall> call = std::move(it->second.call);
+  const std::string model = it->second.model;
   attempts_.erase(it);
   if (call) call->Cancel();  // no-op when it already ended
+  if (unload_pending_.count(model) &&
+      std::none_of(attempts_.begin(), attempts_.end(),
+                   [&](const auto& a) { return a.second.model == model; })) {
+    Unload(model);
+  }
   MaybeDrained();
 }
 
