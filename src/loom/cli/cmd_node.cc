@@ -44,6 +44,7 @@ struct NodeFlags {
   std::string schedule;
   double busy = 0;
   int ranks = 0;
+  double chunk_ms = 10;
   node::ServeConfig serve;
 };
 
@@ -67,6 +68,7 @@ int RunNode(const NodeFlags& f) {
   o.busy_threshold = f.busy;
   o.serve = f.serve;
   o.ranks = f.ranks;
+  o.chunk_interval_s = f.chunk_ms / 1000;
   if (!f.max_memory.empty()) {
     auto bytes = node::ParseBytes(f.max_memory);
     if (!bytes.ok()) return Fail(bytes.status().WithContext("--max-memory"));
@@ -132,6 +134,11 @@ void AddNodeCommand(CLI::App& app, Action* action) {
   n->add_option("--threads", f->serve.threads, "threads per model (0: loom serve's default)");
   n->add_option("--tp", f->serve.tp, "lend a pod: tensor-parallel local ranks")->capture_default_str();
   n->add_option("--pp", f->serve.pp, "lend a pod: pipeline stages")->capture_default_str();
+  n->add_option("--chunk-ms", f->chunk_ms,
+                "send a stream's tokens to the hub at most this often (the first at once; 0: "
+                "every read)")
+      ->check(CLI::Range(0.0, 1000.0))
+      ->capture_default_str();
   n->add_option("--ranks", f->ranks,
                 "lend a pod of this many local ranks, each model split (tp x pp) as the cost "
                 "model (`loom plan`) predicts fastest")

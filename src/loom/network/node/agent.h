@@ -41,6 +41,9 @@ struct AgentOptions {
   double busy_threshold = 0;        // pause new work while others use > this fraction of the
                                     // CPU; 0 = never pause
   ServeConfig serve;
+  // A stream's tokens go to the hub at most this often (the first at once, the last with the end):
+  // a frame per token costs the node and the hub more CPU than a fast model's decode step.
+  double chunk_interval_s = 0.01;
   int ranks = 0;  // > 1: lend a pod of this many local ranks, each model split as the cost model
                   // predicts fastest (instead of serve.tp/serve.pp)
 };
