@@ -7,6 +7,7 @@
 #include <ctime>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
@@ -40,6 +41,8 @@ struct HubFlags {
   std::string tls_cert, tls_key;
   std::string admin_key;
   bool insecure = false;
+  std::vector<std::string> prices;
+  double operator_share = 0.9;
   hub::HubOptions options;
 };
 
@@ -76,6 +79,14 @@ int RunHub(HubFlags f) {
     f.options.tls = *tls;
   }
   f.options.admin_key = f.admin_key;
+  for (const std::string& p : f.prices) {
+    Status added = network::ledger::AddPriceFlag(p, &f.options.pricing);
+    if (!added.ok()) {
+      std::fprintf(stderr, "loom hub: %s\n", added.message().c_str());
+      return 2;
+    }
+  }
+  f.options.pricing.operator_share_bp = static_cast<int32_t>(f.operator_share * 10000 + 0.5);
   auto store = network::store::OpenStore(f.db);
   if (!store.ok()) return Fail(store.status());
   std::signal(SIGPIPE, SIG_IGN);
@@ -146,6 +157,18 @@ void AddHubCommand(CLI::App& app, Action* action) {
                 "slots (0: never)")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
+  h->add_option("--price", flags->prices,
+                "MODEL=PRICE or MODEL=PROMPT:COMPLETION, credits per million tokens (MODEL * "
+                "for every other model); repeatable.  Unpriced models are free")
+      ->take_all();
+  h->add_option("--operator-share", flags->operator_share,
+                "fraction of each charge credited to the node that did the work")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  h->add_option("--verify-window-s", flags->options.verify_window_s,
+                "seconds an operator's credit stays pending (verifiable) before it is available")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   h->add_option("--max-body", flags->options.max_body_bytes, "request body limit (413 beyond)")
       ->capture_default_str();
   h->add_option("--read-timeout", flags->options.read_timeout_s, "seconds a request may take to "
@@ -177,6 +200,8 @@ void AddHubCommand(CLI::App& app, Action* action) {
       return 0;
     };
   });
+
+  AddHubLedgerCommands(*h, *account, action);
 
   CLI::App* key = h->add_subcommand("key", "API keys of accounts")->require_subcommand(1);
   CLI::App* key_create = key->add_subcommand("create", "Create an API key (printed once)");

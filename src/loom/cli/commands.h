@@ -26,6 +26,8 @@ void AddServeCommand(CLI::App& app, Action* action);      // cmd_serve.cc: OpenA
 void AddConvertCommand(CLI::App& app, Action* action);    // cmd_convert.cc: GGUF / HF / MLX
 void AddPullCommand(CLI::App& app, Action* action);       // cmd_pull.cc: download from the Hub
 void AddHubCommand(CLI::App& app, Action* action);        // cmd_hub.cc: the network's coordinator
+// cmd_hub_ledger.cc: `loom hub account credit|show`, `loom hub ledger check`.
+void AddHubLedgerCommands(CLI::App& hub, CLI::App& account, Action* action);
 void AddNodeCommand(CLI::App& app, Action* action);       // cmd_node.cc: lend this machine
 
 }  // namespace loom::cli

@@ -137,6 +137,19 @@ void Hub::Impl::Tick() {
     ManageModels(now);
     last_node_check_ = now;
   }
+  // Operators' credits settled longer ago than the verification window become available.
+  if (now - last_release_ >= 10) {
+    last_release_ = now;
+    const int64_t now_ms = NowUnixMs();
+    auto released = store_->ReleasePending(
+        now_ms - static_cast<int64_t>(options_.verify_window_s * 1000), now_ms, released_through_,
+        1000);
+    if (released.ok()) {
+      released_through_ = released->through_tx;
+    } else {
+      LogError(released.status());
+    }
+  }
   CheckJobs(now);
   DrainQueues();
   tick_.expires_after(std::chrono::milliseconds(100));

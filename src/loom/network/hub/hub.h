@@ -14,6 +14,7 @@
 #include <string>
 
 #include "loom/base/status.h"
+#include "loom/network/ledger/credits.h"
 #include "loom/network/store/store.h"
 
 namespace boost::asio {
@@ -49,6 +50,12 @@ struct HubOptions {
   int64_t max_body_bytes = int64_t{4} << 20;
   double read_timeout_s = 10;
   int64_t max_connections = 20000;  // consumers and nodes together
+  // Credits (ledger/credits.h): a priced model's request reserves its worst case from the
+  // account's credits (402 when they do not cover it) and settles what the hub counted; free
+  // models (the default) touch no ledger.  Operators' pending credits become available after
+  // verify_window_s.
+  ledger::Pricing pricing;
+  double verify_window_s = 86400;
 };
 
 class Hub {

@@ -97,6 +97,9 @@ struct Job {
   bool queued = false;
   double queued_at = 0;
   std::string queue_reason;
+  // Credits: what admission reserved (0: a free model), and each ended attempt's work.
+  int64_t reserved = 0;
+  std::vector<ledger::Work> work;
   // Benchmarks (consumer == null).
   bool benchmark = false;
   int64_t bench_prompt_tokens = 0;
@@ -151,7 +154,7 @@ class Hub::Impl {
               const std::string& error, int status, const std::string& code);
   void CancelJob(const std::string& job_id);
   // Writes the running attempt's end to the store (its first token's time included).
-  void RecordAttemptEnd(const Job& job, store::AttemptState state, const std::string& error);
+  void RecordAttemptEnd(Job& job, store::AttemptState state, const std::string& error);
   void SendCancel(const Job& job);  // to the node running it, if it is still connected
   void CheckJobs(double now);
   void DrainQueues();
@@ -179,6 +182,8 @@ class Hub::Impl {
   std::shared_ptr<int> life_ = std::make_shared<int>(0);  // callbacks check it is still alive
   double started_at_ = 0;
   double last_node_check_ = 0;
+  double last_release_ = 0;      // when pending credits were last released (ReleasePending)
+  int64_t released_through_ = 0;  // ...and the settlement through which it looked
   std::mt19937_64 random_;
   placement::Tuning tuning_;
 

@@ -71,6 +71,19 @@ int64_t EstimatePromptTokens(bool chat, const serve::ChatParams& chat_params,
   return static_cast<int64_t>(completion.prompt_text.size()) / 4 + 1;
 }
 
+// An upper bound on the prompt's tokens, for the reservation: a token is at least one byte of
+// text, plus room for the chat template and special tokens.  Token-id prompts are exact.
+int64_t PromptTokensBound(bool chat, const serve::ChatParams& chat_params,
+                          const serve::CompletionParams& completion) {
+  if (chat) {
+    int64_t bytes = 0;
+    for (const auto& m : chat_params.messages) bytes += static_cast<int64_t>(m.content.size()) + 16;
+    return bytes + 16;
+  }
+  if (completion.prompt_is_ids) return static_cast<int64_t>(completion.prompt_ids.size());
+  return static_cast<int64_t>(completion.prompt_text.size()) + 8;
+}
+
 }  // namespace
 
 void Hub::Impl::IndexModels() {
@@ -166,6 +179,17 @@ void Hub::Impl::OnCompletion(bool chat, const net::Request& request,
   body.erase("stream_options");
   job->request = std::move(body);
 
+  // Priced models: the worst case is reserved with the job, or the request is refused.
+  const ledger::Price& price = options_.pricing.For(job->model);
+  std::optional<store::LedgerTx> reserve;
+  if (!price.free()) {
+    const int64_t completion_bound =
+        gen.max_tokens ? *gen.max_tokens : (context > 0 ? context : int64_t{4096});
+    job->reserved = std::max<int64_t>(
+        1, ledger::Cost(price, PromptTokensBound(chat, chat_params, completion), completion_bound));
+    reserve = ledger::ReserveTx(job->id, account_id, job->reserved, NowUnixMs());
+  }
+
   // Written before anything is acknowledged: a hub that dies from here on still has the job.
   store::JobRecord record;
   record.job_id = job->id;
@@ -173,7 +197,17 @@ void Hub::Impl::OnCompletion(bool chat, const net::Request& request,
   record.model = job->model;
   record.endpoint = chat ? "chat" : "completion";
   record.created_ms = NowUnixMs();
-  Status created = store_->CreateJob(record);
+  Status created = store_->CreateJob(record, reserve ? &*reserve : nullptr);
+  if (created.code() == StatusCode::kResourceExhausted) {
+    StatusOr<int64_t> has = store_->Balance(ledger::ConsumerBook(account_id));
+    responder->Respond(
+        402, "application/json",
+        ErrorBody("this request may cost up to " + ledger::FormatCredits(job->reserved) +
+                      " credits (its prompt and max_tokens at the price of '" + job->model +
+                      "'); the account has " + ledger::FormatCredits(has.ok() ? *has : 0),
+                  "insufficient_quota", "insufficient_credits"));
+    return;
+  }
   if (!created.ok()) {
     std::fprintf(stderr, "hub: %s\n", created.ToString().c_str());
     responder->Respond(500, "application/json",
@@ -484,8 +518,15 @@ void Hub::Impl::EndJob(Job& job, store::JobState state, const std::string& finis
       }
     }
   }
+  std::optional<store::LedgerTx> settle;
+  if (job.reserved > 0) {
+    settle = ledger::SettleTx(job.id, job.account_id, job.reserved,
+                              options_.pricing.For(job.model), prompt_tokens, job.work,
+                              options_.pricing.operator_share_bp, NowUnixMs());
+  }
   LogError(store_->FinishJob(job.id, state, NowUnixMs(), prompt_tokens,
-                            static_cast<int64_t>(job.generated.size()), finish_reason, error));
+                            static_cast<int64_t>(job.generated.size()), finish_reason, error,
+                            settle ? &*settle : nullptr));
   if (state == store::JobState::kCompleted) {
     jobs_completed_ += 1;
   } else {
@@ -517,9 +558,10 @@ void Hub::Impl::CancelJob(const std::string& job_id) {
   EndJob(job, store::JobState::kFailed, "", "the client disconnected", 499, "client_closed");
 }
 
-void Hub::Impl::RecordAttemptEnd(const Job& job, store::AttemptState state,
+void Hub::Impl::RecordAttemptEnd(Job& job, store::AttemptState state,
                                   const std::string& error) {
   const int64_t now_ms = NowUnixMs();
+  job.work.push_back({job.attempt_id, job.node_id, job.attempt_tokens});
   // The first token's time, moved from the monotonic clock onto the store's wall clock.
   const int64_t first_ms =
       job.first_token_at > 0

@@ -75,6 +75,30 @@ const std::vector<Migration> kMigrations = {
          // Only running attempts are looked up by state (at hub start), so index only those.
          "CREATE INDEX attempts_running ON attempts (job_id) WHERE state = 'running'",
      }},
+    {"the ledger: transactions, their lines and each book's balance",
+     {
+         // (kind, ref) is unique: a job is reserved and settled once, an attempt released once.
+         "CREATE TABLE ledger_tx ("
+         " id {id},"
+         " kind TEXT NOT NULL CHECK (kind IN ('grant', 'reserve', 'settle', 'release')),"
+         " ref TEXT NOT NULL,"
+         " at_ms BIGINT NOT NULL,"
+         " memo TEXT NOT NULL DEFAULT '',"
+         " UNIQUE (kind, ref))",
+         "CREATE TABLE ledger_lines ("
+         " id {id},"
+         " tx_id BIGINT NOT NULL REFERENCES ledger_tx (id),"
+         " book TEXT NOT NULL,"
+         " amount BIGINT NOT NULL,"
+         " attempt_id TEXT NOT NULL DEFAULT '')",
+         "CREATE INDEX ledger_lines_by_book ON ledger_lines (book, tx_id)",
+         "CREATE INDEX ledger_lines_by_tx ON ledger_lines (tx_id)",
+         "CREATE INDEX ledger_lines_by_attempt ON ledger_lines (attempt_id) WHERE attempt_id != ''",
+         // Written with the lines (sql_ledger.cc); `loom hub ledger check` compares them.
+         "CREATE TABLE ledger_balances ("
+         " book TEXT PRIMARY KEY,"
+         " balance BIGINT NOT NULL)",
+     }},
 };
 
 constexpr std::string_view kCreateVersionTable =

@@ -288,7 +288,21 @@ Status SqlStore::TouchNode(std::string_view node_id, int64_t last_seen_ms) {
 
 // ---- jobs and attempts ----
 
-Status SqlStore::CreateJob(const JobRecord& job) {
+Status SqlStore::CreateJob(const JobRecord& job, const LedgerTx* reserve) {
+  if (reserve == nullptr) return InsertJob(job);
+  const std::string op = StrCat("create job ", Quoted(job.job_id), " with its reservation");
+  if (reserve->kind != "reserve" || reserve->ref != job.job_id) {
+    return InvalidArgumentError("store: ", op, ": the transaction is not this job's reservation");
+  }
+  Transaction tx(*conn_);
+  Status begun = tx.Begin();
+  if (!begun.ok()) return begun.WithContext(StrCat("store: ", op));
+  LOOM_RETURN_IF_ERROR(InsertJob(job));
+  LOOM_RETURN_IF_ERROR(PostIn(*reserve).status());
+  return tx.Commit().WithContext(StrCat("store: ", op));
+}
+
+Status SqlStore::InsertJob(const JobRecord& job) {
   const std::string op = StrCat("create job ", Quoted(job.job_id));
   if (job.job_id.empty()) return InvalidArgumentError("store: ", op, ": the job id is empty");
   LOOM_ASSIGN_OR_RETURN(
@@ -307,7 +321,28 @@ Status SqlStore::CreateJob(const JobRecord& job) {
 
 Status SqlStore::FinishJob(std::string_view job_id, JobState state, int64_t finished_ms,
                            int64_t prompt_tokens, int64_t completion_tokens,
-                           std::string_view finish_reason, std::string_view error) {
+                           std::string_view finish_reason, std::string_view error,
+                           const LedgerTx* settle) {
+  if (settle == nullptr) {
+    return UpdateJobEnd(job_id, state, finished_ms, prompt_tokens, completion_tokens,
+                        finish_reason, error);
+  }
+  const std::string op = StrCat("finish job ", Quoted(job_id), " with its settlement");
+  if (settle->kind != "settle" || settle->ref != job_id) {
+    return InvalidArgumentError("store: ", op, ": the transaction is not this job's settlement");
+  }
+  Transaction tx(*conn_);
+  Status begun = tx.Begin();
+  if (!begun.ok()) return begun.WithContext(StrCat("store: ", op));
+  LOOM_RETURN_IF_ERROR(UpdateJobEnd(job_id, state, finished_ms, prompt_tokens, completion_tokens,
+                                    finish_reason, error));
+  LOOM_RETURN_IF_ERROR(PostIn(*settle).status());
+  return tx.Commit().WithContext(StrCat("store: ", op));
+}
+
+Status SqlStore::UpdateJobEnd(std::string_view job_id, JobState state, int64_t finished_ms,
+                              int64_t prompt_tokens, int64_t completion_tokens,
+                              std::string_view finish_reason, std::string_view error) {
   const std::string op = StrCat("finish job ", Quoted(job_id), " as ", JobStateName(state));
   if (state == JobState::kRunning) {
     return InvalidArgumentError("store: ", op, ": a finished job cannot be running");
@@ -410,6 +445,7 @@ StatusOr<int64_t> SqlStore::FailUnfinishedJobs(std::string_view error, int64_t n
   Transaction tx(*conn_);
   Status begun = tx.Begin();
   if (!begun.ok()) return begun.WithContext(StrCat("store: ", op));
+  LOOM_RETURN_IF_ERROR(ReturnHoldsOfRunningJobs(error, now_ms));
   LOOM_ASSIGN_OR_RETURN(SqlResult attempts,
                         Run(op,
                             "UPDATE attempts SET state = 'failed', finished_ms = $2, error = $1 "

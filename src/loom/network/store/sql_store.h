@@ -30,10 +30,10 @@ class SqlStore final : public Store {
   StatusOr<std::optional<NodeRecord>> FindNode(std::string_view node_id) override;
   StatusOr<std::vector<NodeRecord>> ListNodes() override;
   Status TouchNode(std::string_view node_id, int64_t last_seen_ms) override;
-  Status CreateJob(const JobRecord& job) override;
+  Status CreateJob(const JobRecord& job, const LedgerTx* reserve) override;
   Status FinishJob(std::string_view job_id, JobState state, int64_t finished_ms,
                    int64_t prompt_tokens, int64_t completion_tokens, std::string_view finish_reason,
-                   std::string_view error) override;
+                   std::string_view error, const LedgerTx* settle) override;
   Status AddAttempt(const AttemptRecord& attempt) override;
   Status FinishAttempt(std::string_view attempt_id, AttemptState state, int64_t first_token_ms,
                        int64_t finished_ms, int64_t tokens, std::string_view error) override;
@@ -41,9 +41,25 @@ class SqlStore final : public Store {
   StatusOr<std::vector<JobRecord>> ListJobs(int64_t limit, std::optional<JobState> state) override;
   StatusOr<std::vector<AttemptRecord>> AttemptsOf(std::string_view job_id) override;
   StatusOr<int64_t> FailUnfinishedJobs(std::string_view error, int64_t now_ms) override;
+  StatusOr<int64_t> Post(const LedgerTx& tx) override;
+  StatusOr<int64_t> Balance(std::string_view book) override;
+  StatusOr<std::vector<LedgerTx>> BookHistory(std::string_view book, int64_t limit) override;
+  StatusOr<Released> ReleasePending(int64_t settled_by_ms, int64_t now_ms, int64_t after_tx,
+                                    int64_t limit) override;
+  StatusOr<std::vector<std::string>> CheckLedger() override;
   StatusOr<int64_t> SchemaVersion() override;
 
  private:
+  // sql_ledger.cc: writes `tx` inside the caller's open write transaction.
+  StatusOr<int64_t> PostIn(const LedgerTx& tx);
+  // Inside FailUnfinishedJobs: a settlement charging nothing for each running job's reservation.
+  Status ReturnHoldsOfRunningJobs(std::string_view why, int64_t now_ms);
+  // The rows of a job's (or any) CreateJob / FinishJob without a transaction of their own.
+  Status InsertJob(const JobRecord& job);
+  Status UpdateJobEnd(std::string_view job_id, JobState state, int64_t finished_ms,
+                      int64_t prompt_tokens, int64_t completion_tokens,
+                      std::string_view finish_reason, std::string_view error);
+
   // Runs `sql` after checking its text parameters; errors read "store: <op>: <cause>".
   StatusOr<SqlResult> Run(std::string_view op, std::string_view sql,
                           std::initializer_list<SqlParam> params);

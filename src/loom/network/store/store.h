@@ -75,6 +75,40 @@ struct AttemptRecord {
   std::string error;
 };
 
+// ---- Ledger: double-entry, append-only, integer micro-credits (1 credit = 1,000,000) ----
+// A book is an account of the ledger, named by kind and owner:
+//   "consumer:<account id>"  credits a consumer can spend          (never below 0)
+//   "held:<account id>"      reserved for its running requests      (never below 0)
+//   "pending:<node id>"      an operator's earnings in verification (never below 0)
+//   "available:<node id>"    ...after the verification window       (never below 0)
+//   "fee"                    the network's share                    (never below 0)
+//   "issued"                 where granted credits come from        (its negative is all issued)
+// A transaction's lines sum to zero.  Kinds and their refs: "grant" (a grant id), "reserve" and
+// "settle" (a job id; each at most once per job), "release" (an attempt id: its pending credit
+// made available, at most once).  Books keep a running balance, written with the lines.
+struct LedgerLine {
+  std::string book;
+  int64_t amount = 0;      // signed: what the line adds to the book
+  std::string attempt_id;  // the attempt this line pays (settle, release), else ""
+};
+
+struct LedgerTx {
+  int64_t id = 0;  // assigned by Post
+  std::string kind;
+  std::string ref;
+  int64_t at_ms = 0;
+  std::string memo;  // for people
+  std::vector<LedgerLine> lines;
+};
+
+inline constexpr int64_t kMaxLedgerAmount = int64_t{1} << 53;  // per line, either sign
+inline constexpr size_t kMaxLedgerLines = 1024;                 // per transaction
+
+// kInvalidArgument unless `tx` is well formed: a known kind, a non-empty ref, 1..kMaxLedgerLines
+// lines of known books with amounts within kMaxLedgerAmount summing to zero, and each attempt
+// credited to a pending book at most once.  (The stores call it; it is here for tests.)
+Status ValidateLedgerTx(const LedgerTx& tx);
+
 // Text arguments must be UTF-8 without NUL bytes (PostgreSQL cannot store NUL in text); anything
 // else is kInvalidArgument, the same on both engines.
 class Store {  // not thread-safe: the hub calls it from its one loop thread
@@ -115,10 +149,15 @@ class Store {  // not thread-safe: the hub calls it from its one loop thread
   // Jobs and attempts.  A job or attempt is finished once: finishing an unknown one is
   // kNotFound, finishing one that is no longer running kFailedPrecondition, and finishing to a
   // running state kInvalidArgument.  (job_id, number) is unique among attempts.
-  virtual Status CreateJob(const JobRecord& job) = 0;  // duplicate id: kFailedPrecondition
+  // With `reserve` (a "reserve" transaction for this job) the job and its reservation are
+  // written together or not at all; a book it would take below zero: kResourceExhausted.
+  // Duplicate id: kFailedPrecondition.
+  virtual Status CreateJob(const JobRecord& job, const LedgerTx* reserve = nullptr) = 0;
+  // With `settle`, the job's end and its settlement are written together or not at all.
   virtual Status FinishJob(std::string_view job_id, JobState state, int64_t finished_ms,
                            int64_t prompt_tokens, int64_t completion_tokens,
-                           std::string_view finish_reason, std::string_view error) = 0;
+                           std::string_view finish_reason, std::string_view error,
+                           const LedgerTx* settle = nullptr) = 0;
   // Unknown job: kNotFound (foreign key); duplicate attempt id or number: kFailedPrecondition.
   virtual Status AddAttempt(const AttemptRecord& attempt) = 0;
   virtual Status FinishAttempt(std::string_view attempt_id, AttemptState state,
@@ -132,9 +171,34 @@ class Store {  // not thread-safe: the hub calls it from its one loop thread
   virtual StatusOr<std::vector<AttemptRecord>> AttemptsOf(
       std::string_view job_id) = 0;  // by number
 
-  // At hub start: every running job and attempt ends as failed with `error` at now_ms, in one
+  // At hub start: every running job and attempt ends as failed with `error` at now_ms, and the
+  // hold of each such job goes back to its consumer (a "settle" that charges nothing), in one
   // transaction; returns the number of jobs so ended.
   virtual StatusOr<int64_t> FailUnfinishedJobs(std::string_view error, int64_t now_ms) = 0;
+
+  // Ledger.  Post writes one transaction (ValidateLedgerTx; a book taken below zero:
+  // kResourceExhausted; a second one of the same kind and ref: kFailedPrecondition) and returns
+  // its id.  Balance of a book never written to: 0.
+  virtual StatusOr<int64_t> Post(const LedgerTx& tx) = 0;
+  virtual StatusOr<int64_t> Balance(std::string_view book) = 0;
+  // The latest `limit` transactions that touch `book`, newest first, each with all its lines.
+  virtual StatusOr<std::vector<LedgerTx>> BookHistory(std::string_view book, int64_t limit) = 0;
+  // Makes the pending credit of every attempt settled at or before `settled_by_ms` available (a
+  // "release" each), looking at the settlements after transaction `after_tx` in order and at most
+  // `limit` lines of them, in one transaction.  Returns how many it released and the id through
+  // which every settlement has been handled (pass it as `after_tx` next time; 0 starts over, and
+  // nothing is ever released twice).
+  struct Released {
+    int64_t count = 0;
+    int64_t through_tx = 0;
+  };
+  virtual StatusOr<Released> ReleasePending(int64_t settled_by_ms, int64_t now_ms,
+                                            int64_t after_tx, int64_t limit) = 0;
+  // Every broken invariant, one sentence each (empty: the ledger is sound): a transaction that
+  // does not sum to zero or has no lines, a balance that differs from the sum of its book's
+  // lines, an attempt paid twice or released beyond its credit, a finished job whose hold was not
+  // given back exactly, a settlement that charged more than its reservation.
+  virtual StatusOr<std::vector<std::string>> CheckLedger() = 0;
 
   // The number of the last migration applied (schema.h).
   virtual StatusOr<int64_t> SchemaVersion() = 0;
