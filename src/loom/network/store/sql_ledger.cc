@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "loom/network/store/sql_store.h"
 
@@ -92,29 +94,33 @@ StatusOr<int64_t> SqlStore::PostIn(const LedgerTx& tx) {
   RowReader row(inserted.rows[0]);
   const int64_t id = row.Int(0);
   if (!row.status().ok()) return row.status().WithContext(StrCat("store: ", op));
+  // The lines in one INSERT (a statement per line count, each compiled once).
+  std::string sql = "INSERT INTO ledger_lines (tx_id, book, amount, attempt_id) VALUES ";
+  std::vector<SqlParam> params;
+  params.reserve(tx.lines.size() * 4);
   std::map<std::string, int64_t> per_book;
-  for (const LedgerLine& l : tx.lines) {
-    LOOM_RETURN_IF_ERROR(Run(op,
-                             "INSERT INTO ledger_lines (tx_id, book, amount, attempt_id) "
-                             "VALUES ($1, $2, $3, $4)",
-                             {id, l.book, l.amount, l.attempt_id})
-                             .status());
+  for (size_t i = 0; i < tx.lines.size(); ++i) {
+    const LedgerLine& l = tx.lines[i];
+    sql += StrCat(i ? ", " : "", "($", 4 * i + 1, ", $", 4 * i + 2, ", $", 4 * i + 3, ", $",
+                  4 * i + 4, ")");
+    params.insert(params.end(), {id, std::string_view(l.book), l.amount,
+                                 std::string_view(l.attempt_id)});
     per_book[l.book] += l.amount;
   }
+  LOOM_RETURN_IF_ERROR(Run(op, sql, params).status());
+  // One statement per book: a credit adds (creating the book), a debit of a book that may not go
+  // below zero changes it only if it covers the amount.
   for (const auto& [book, delta] : per_book) {
-    LOOM_RETURN_IF_ERROR(Run(op,
-                             "INSERT INTO ledger_balances (book, balance) VALUES ($1, 0) "
-                             "ON CONFLICT (book) DO NOTHING",
-                             {book})
-                             .status());
     bool negative_ok = false;
     KnownBook(book, &negative_ok);
     LOOM_ASSIGN_OR_RETURN(
         SqlResult updated,
         Run(op,
-            negative_ok ? "UPDATE ledger_balances SET balance = balance + $2 WHERE book = $1"
-                        : "UPDATE ledger_balances SET balance = balance + $2 "
-                          "WHERE book = $1 AND balance + $2 >= 0",
+            delta >= 0 || negative_ok
+                ? "INSERT INTO ledger_balances (book, balance) VALUES ($1, $2) ON CONFLICT (book) "
+                  "DO UPDATE SET balance = ledger_balances.balance + excluded.balance"
+                : "UPDATE ledger_balances SET balance = balance + $2 "
+                  "WHERE book = $1 AND balance + $2 >= 0",
             {book, delta}));
     if (updated.affected != 1) {
       LOOM_ASSIGN_OR_RETURN(int64_t has, Balance(book));

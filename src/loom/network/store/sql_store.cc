@@ -116,13 +116,18 @@ std::string_view SqlStore::Kind() const {
 
 StatusOr<SqlResult> SqlStore::Run(std::string_view op, std::string_view sql,
                                   std::initializer_list<SqlParam> params) {
+  return Run(op, sql, std::span<const SqlParam>(params.begin(), params.size()));
+}
+
+StatusOr<SqlResult> SqlStore::Run(std::string_view op, std::string_view sql,
+                                  std::span<const SqlParam> params) {
   for (const SqlParam& p : params) {
     if (const auto* text = std::get_if<std::string_view>(&p)) {
       Status checked = CheckText(*text);
       if (!checked.ok()) return checked.WithContext(StrCat("store: ", op));
     }
   }
-  auto result = conn_->Exec(sql, std::span<const SqlParam>(params.begin(), params.size()));
+  auto result = conn_->Exec(sql, params);
   if (!result.ok()) return result.status().WithContext(StrCat("store: ", op));
   return result;
 }

@@ -4,6 +4,7 @@
 
 #include <initializer_list>
 #include <memory>
+#include <span>
 
 #include "loom/network/store/sql.h"
 #include "loom/network/store/store.h"
@@ -63,6 +64,8 @@ class SqlStore final : public Store {
   // Runs `sql` after checking its text parameters; errors read "store: <op>: <cause>".
   StatusOr<SqlResult> Run(std::string_view op, std::string_view sql,
                           std::initializer_list<SqlParam> params);
+  StatusOr<SqlResult> Run(std::string_view op, std::string_view sql,
+                          std::span<const SqlParam> params);
 
   std::unique_ptr<SqlConnection> conn_;
 };
