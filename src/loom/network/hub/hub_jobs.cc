@@ -404,6 +404,11 @@ void Hub::Impl::OnComplete(NodeConn& c, const protocol::Complete& f) {
     const double decode = job->last_chunk_at - job->first_token_at;
     if (job->attempt_tokens > 1 && decode > 0) {
       m.decode_tps = static_cast<double>(job->attempt_tokens - 1) / decode;
+    } else if (job->attempt_tokens > 0 && job->last_chunk_at > job->assigned_at) {
+      // Every token came in one chunk (a fast model, a busy node): the whole attempt's time,
+      // prefill included, gives a lower bound instead of no figure.
+      m.decode_tps = static_cast<double>(job->attempt_tokens) /
+                     (job->last_chunk_at - job->assigned_at);
     }
     measured_[c.node_id][job->model] = m;
     std::fprintf(stderr, "hub: measured node %s on %s: prefill %.1f tok/s, decode %.1f tok/s\n",
