@@ -1,8 +1,11 @@
 // A mistyped command or flag is named, with the nearest known word and the list of commands
 // (issue 19); the bare `loom` prints its help; values that look like flags (negative numbers, a
-// prompt after -p) are not mistaken for flags.
+// prompt after -p) are not mistaken for flags; `loom info` escapes what it prints from a file.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 
 #include "../cli_util.h"
@@ -61,6 +64,52 @@ TEST(UsageTest, ValuesThatLookLikeFlagsAreValues) {
   EXPECT_EQ(r.exit_code, 0) << r.err;
   const auto t = RunShell(kLoom + " tokenize -m " + model + " --json -- -5");
   EXPECT_EQ(t.exit_code, 0) << t.err;
+}
+
+// Valid UTF-8 without C0/C1 controls (what a terminal can show as text).
+bool PrintableUtf8(const std::string& s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto b = static_cast<unsigned char>(s[i]);
+    if (b < 0x80) {
+      if (b < 0x20 && b != '\n') return false;
+      if (b == 0x7F) return false;
+      ++i;
+      continue;
+    }
+    const size_t len = b >= 0xF0 ? 4 : b >= 0xE0 ? 3 : b >= 0xC2 ? 2 : 0;
+    if (len == 0 || i + len > s.size()) return false;
+    for (size_t k = 1; k < len; ++k) {
+      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
+    }
+    if (len == 2 && b == 0xC2 && static_cast<unsigned char>(s[i + 1]) < 0xA0) return false;  // C1
+    i += len;
+  }
+  return true;
+}
+
+TEST(UsageTest, InfoEscapesCorruptedMetadata) {
+  LOOM_REQUIRE_SHARED_DIR(shared);
+  std::ifstream in(shared + "/models/stories260K/stories260K.gguf", std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // general.name = "llama": corrupt the key (a right-to-left override) and the value (an invalid
+  // byte and a terminal escape sequence), keeping their lengths.
+  const std::string key = "general.name";
+  const size_t k = bytes.find(key);
+  ASSERT_NE(k, std::string::npos);
+  bytes.replace(k, key.size(),
+                "general.\xE2\x80\xAE"
+                "e");
+  const size_t v = bytes.find("llama", k);
+  ASSERT_NE(v, std::string::npos);
+  bytes.replace(v, 5, "\xFF\x1B[31");
+  const std::filesystem::path file = std::filesystem::temp_directory_path() /
+                                     ("loom_corrupt_" + std::to_string(::getpid()) + ".gguf");
+  std::ofstream(file, std::ios::binary) << bytes;
+  const auto r = RunShell(kLoom + " info -m " + file.string());
+  std::filesystem::remove(file);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(PrintableUtf8(r.out)) << r.out;
+  ExpectIn(r.out, "general.\\u{202E}e = \"\\xFF\\x1b[31\"");
 }
 
 }  // namespace
