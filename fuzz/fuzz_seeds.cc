@@ -191,8 +191,8 @@ std::vector<std::byte> TokenizerModel(bool bytes, const char* text) {
   spec.bos_id = 1;
   spec.eos_id = 2;
   auto model = loom::text::SerializeSentencePieceModel(spec);
-  std::string input = std::string(1, '\0') + (model.ok() ? *model : std::string()) +
-                      "\xFF\xFF\xFF\xFF" + text;
+  std::string input =
+      std::string(1, '\0') + (model.ok() ? *model : std::string()) + "\xFF\xFF\xFF\xFF" + text;
   const auto* p = reinterpret_cast<const std::byte*>(input.data());
   return std::vector<std::byte>(p, p + input.size());
 }

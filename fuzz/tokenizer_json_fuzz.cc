@@ -1,5 +1,6 @@
 // Fuzzes the tokenizer.json parser (and the config files applied beside it) and the tokenizer
-// built from what parses (byte-level BPE, or SentencePiece style).  Input layout: byte 0 selects what the rest is:
+// built from what parses (byte-level BPE, or SentencePiece style).  Input layout: byte 0 selects
+// what the rest is:
 //   0: a tokenizer.json, then optionally "\0" and text to encode with it;
 //   1: a tokenizer_config.json applied to a fixed small tokenizer;
 //   2: a config.json applied to it;
