@@ -93,6 +93,19 @@ TEST_F(ConvertedDirsTest, MlxDirectoryWithOnlyTokenizerModelReproducesTheGoldenO
                                   {"tokenizer.json", "tokenizer_config.json"});
   ASSERT_TRUE(fs::exists(fs::path(mlx) / "tokenizer.model"));
   ExpectGolden(mlx, Golden(shared));
+  // Back to GGUF: the tokenizer.model is what the GGUF embeds.
+  const std::string gguf_again = (dir_ / "again.gguf").string();
+  const auto back = RunShell(kLoom + " convert -m " + ShellQuote(mlx) + " -o " +
+                             ShellQuote(gguf_again) + " --to gguf");
+  ASSERT_EQ(back.exit_code, 0) << back.err;
+  for (const auto& entry : Golden(shared)["entries"]) {
+    const std::string prompt = entry["prompt"];
+    if (prompt.empty()) continue;
+    const auto t = RunShell(kLoom + " tokenize -m " + ShellQuote(gguf_again) + " --json " +
+                            ShellQuote(prompt));
+    ASSERT_EQ(t.exit_code, 0) << t.err;
+    EXPECT_EQ(nlohmann::json::parse(t.out)["ids"], entry["prompt_token_ids"]);
+  }
 }
 
 TEST_F(ConvertedDirsTest, ConvertingADirectoryAgainKeepsItsTokenizer) {

@@ -66,6 +66,13 @@ StatusOr<std::optional<model::TokenizerSpec>> TokenizerFor(const model::ModelFil
     LOOM_ASSIGN_OR_RETURN(text::TokenizerJson t, text::LoadTokenizerJson(m.path));
     return std::optional<model::TokenizerSpec>(std::move(t.spec));
   }
+  if (fs::is_regular_file(fs::path(m.path) / "tokenizer.model", ec)) {
+    text::TokenizerJson t;
+    LOOM_ASSIGN_OR_RETURN(
+        t.spec, text::LoadSentencePieceModel((fs::path(m.path) / "tokenizer.model").string()));
+    LOOM_RETURN_IF_ERROR(text::ApplyDirectoryConfigs(m.path, &t).status());
+    return std::optional<model::TokenizerSpec>(std::move(t.spec));
+  }
   return std::optional<model::TokenizerSpec>();
 }
 
