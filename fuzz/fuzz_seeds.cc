@@ -1,5 +1,6 @@
 // Writes small, valid seed inputs for the fuzz targets: fuzz_seeds OUT_DIR creates
-// OUT_DIR/gguf_fuzz/seed-*.gguf and OUT_DIR/llama2c_fuzz/seed-*.bin.  Seeds are generated (by the
+// OUT_DIR/gguf_fuzz/seed-*.gguf, OUT_DIR/llama2c_fuzz/seed-*.bin and
+// OUT_DIR/tokenizer_model_fuzz/seed-*.model.  Seeds are generated (by the
 // GGUF writer and a few lines of llama2.c layout) rather than committed as binaries.
 #include <cstdio>
 #include <cstring>
@@ -10,6 +11,7 @@
 #include "loom/base/mapped_file.h"
 #include "loom/kernels/quantize.h"
 #include "loom/model/gguf_writer.h"
+#include "loom/text/sentencepiece_model.h"
 
 namespace {
 
@@ -165,6 +167,36 @@ bool Save(const std::filesystem::path& dir, const std::string& name,
 
 }  // namespace
 
+// tokenizer_model_fuzz input: mode byte 0, a tokenizer.model of `pieces` pieces (with byte
+// pieces when `bytes`), then the separator and a text.
+std::vector<std::byte> TokenizerModel(bool bytes, const char* text) {
+  loom::model::TokenizerSpec spec;
+  spec.model = "llama";
+  spec.tokens = {"<unk>", "<s>", "</s>"};
+  spec.token_types = {2, 3, 3};
+  if (bytes) {
+    for (int b = 0; b < 256; ++b) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "<0x%02X>", b);
+      spec.tokens.emplace_back(buf);
+      spec.token_types.push_back(6);
+    }
+  }
+  for (const char* p : {"\xE2\x96\x81", "h", "i", "\xE2\x96\x81h", "\xE2\x96\x81hi"}) {
+    spec.tokens.emplace_back(p);
+    spec.token_types.push_back(1);
+  }
+  for (size_t i = 0; i < spec.tokens.size(); ++i) spec.scores.push_back(-static_cast<float>(i));
+  spec.unk_id = 0;
+  spec.bos_id = 1;
+  spec.eos_id = 2;
+  auto model = loom::text::SerializeSentencePieceModel(spec);
+  std::string input =
+      std::string(1, '\0') + (model.ok() ? *model : std::string()) + "\xFF\xFF\xFF\xFF" + text;
+  const auto* p = reinterpret_cast<const std::byte*>(input.data());
+  return std::vector<std::byte>(p, p + input.size());
+}
+
 int main(int argc, char** argv) {
   if (argc != 2) {
     std::fprintf(stderr, "usage: fuzz_seeds OUT_DIR\n");
@@ -183,5 +215,8 @@ int main(int argc, char** argv) {
   ok &= Save(l2c, "seed-legacy-wcls.bin", Llama2c(false, false));
   ok &= Save(l2c, "seed-v1-shared.bin", Llama2c(true, true));
   ok &= Save(l2c, "seed-v1-wcls.bin", Llama2c(true, false));
+  const std::filesystem::path spm = out / "tokenizer_model_fuzz";
+  ok &= Save(spm, "seed-bytes.model", TokenizerModel(true, "hi hi \xE4\xB8\xAD <s>"));
+  ok &= Save(spm, "seed-no-bytes.model", TokenizerModel(false, "hih"));
   return ok ? 0 : 1;
 }

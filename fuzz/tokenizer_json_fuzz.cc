@@ -1,5 +1,6 @@
-// Fuzzes the tokenizer.json parser (and the config files applied beside it) and the byte-level
-// BPE tokenizer built from what parses.  Input layout: byte 0 selects what the rest is:
+// Fuzzes the tokenizer.json parser (and the config files applied beside it) and the tokenizer
+// built from what parses (byte-level BPE, or SentencePiece style).  Input layout: byte 0 selects
+// what the rest is:
 //   0: a tokenizer.json, then optionally "\0" and text to encode with it;
 //   1: a tokenizer_config.json applied to a fixed small tokenizer;
 //   2: a config.json applied to it;
@@ -17,6 +18,7 @@
 #include "loom/text/bpe.h"
 #include "loom/text/detokenizer.h"
 #include "loom/text/tokenizer_json.h"
+#include "loom/text/tokenizer_loader.h"
 #include "loom/text/utf8.h"
 
 namespace {
@@ -87,10 +89,10 @@ void Exercise(const loom::text::Tokenizer& t, std::string_view text, bool exact)
   }
 }
 
-std::unique_ptr<loom::text::BpeTokenizer> Build(loom::text::TokenizerJson t) {
+std::unique_ptr<loom::text::Tokenizer> Build(loom::text::TokenizerJson t) {
   loom::text::FinishTokenizerJson(false, &t);
-  auto bpe = loom::text::BpeTokenizer::Create(std::move(t.spec), t.options, "fuzz.json");
-  return bpe.ok() ? std::move(bpe).value() : nullptr;
+  auto built = loom::text::TokenizerFromJson(std::move(t), "fuzz.json");
+  return built.ok() ? std::move(built).value() : nullptr;
 }
 
 }  // namespace

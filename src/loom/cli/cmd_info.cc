@@ -2,6 +2,8 @@
 // hyperparameters, tokenizer, tensor count and bytes per type, and every metadata key.  A GGUF file
 // that loom cannot run (an unsupported tensor type or architecture detail) is still described from
 // its raw contents, with the reason it cannot be loaded.  Bad files: a message on stderr, exit 1.
+// Everything taken from the file is escaped for the terminal (base/escape.h) in the text output;
+// --json output is JSON (invalid UTF-8 replaced, controls escaped by JSON itself).
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -14,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/base/escape.h"
 #include "loom/base/mapped_file.h"
 #include "loom/cli/commands.h"
 #include "loom/model/gguf_reader.h"
@@ -47,6 +50,9 @@ struct Report {
   std::vector<TensorRow> tensors;
   std::map<std::string, std::string> metadata;
 };
+
+// A string from the file, safe to print.
+std::string E(std::string_view s) { return base::EscapeForTerminal(s); }
 
 std::string Bytes(int64_t n) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -168,12 +174,12 @@ nlohmann::json ToJson(const Report& r, bool with_tensors) {
 }
 
 void PrintText(const Report& r, bool with_tensors) {
-  std::printf("file      %s (%s)\n", r.path.c_str(), Bytes(r.file_bytes).c_str());
-  std::printf("format    %s\n", r.format.c_str());
-  if (!r.load_error.empty()) std::printf("loadable  no: %s\n", r.load_error.c_str());
+  std::printf("file      %s (%s)\n", E(r.path).c_str(), Bytes(r.file_bytes).c_str());
+  std::printf("format    %s\n", E(r.format).c_str());
+  if (!r.load_error.empty()) std::printf("loadable  no: %s\n", E(r.load_error).c_str());
   if (r.model != nullptr) {
     const model::HParams& hp = r.model->hparams;
-    std::printf("arch      %s\n", hp.arch.c_str());
+    std::printf("arch      %s\n", E(hp.arch).c_str());
     std::printf("shape     dim %lld, %lld layers, %lld heads (%lld kv) of %lld, ffn %lld\n",
                 static_cast<long long>(hp.dim), static_cast<long long>(hp.n_layers),
                 static_cast<long long>(hp.n_heads), static_cast<long long>(hp.n_kv_heads),
@@ -193,7 +199,7 @@ void PrintText(const Report& r, bool with_tensors) {
                   t.eos_id);
     } else {
       std::printf(
-          "tokenizer %s, %zu tokens%s, bos %d, eos %d, unk %d, pad %d\n", t.model.c_str(),
+          "tokenizer %s, %zu tokens%s, bos %d, eos %d, unk %d, pad %d\n", E(t.model).c_str(),
           t.tokens.size(),
           t.merges.empty() ? "" : (", " + std::to_string(t.merges.size()) + " merges").c_str(),
           t.bos_id, t.eos_id, t.unk_id, t.pad_id);
@@ -207,19 +213,19 @@ void PrintText(const Report& r, bool with_tensors) {
   std::printf("tensors   %zu, %s (%lld bytes)\n", r.tensors.size(), Bytes(TotalBytes(r)).c_str(),
               static_cast<long long>(TotalBytes(r)));
   for (const auto& [type, total] : ByType(r)) {
-    std::printf("          %-6s %5lld tensors %12lld bytes\n", type.c_str(),
+    std::printf("          %-6s %5lld tensors %12lld bytes\n", E(type).c_str(),
                 static_cast<long long>(total.count), static_cast<long long>(total.bytes));
   }
   if (with_tensors) {
     for (const TensorRow& t : r.tensors) {
-      std::printf("  %-32s %-6s %-16s offset %lld, %lld bytes\n", t.name.c_str(), t.type.c_str(),
-                  Shape(t.shape).c_str(), static_cast<long long>(t.offset),
+      std::printf("  %-32s %-6s %-16s offset %lld, %lld bytes\n", E(t.name).c_str(),
+                  E(t.type).c_str(), Shape(t.shape).c_str(), static_cast<long long>(t.offset),
                   static_cast<long long>(t.bytes));
     }
   }
   std::printf("metadata  %zu keys\n", r.metadata.size());
   for (const auto& [key, value] : r.metadata) {
-    std::printf("  %s = %s\n", key.c_str(), value.c_str());
+    std::printf("  %s = %s\n", E(key).c_str(), E(value).c_str());
   }
 }
 
@@ -245,7 +251,7 @@ int RunInfo(const InfoOptions& options) {
   // -m takes a path or the name of a pulled model (ORG/NAME[@REVISION]).
   StatusOr<std::string> resolved = model::ResolveModelPath(options.model);
   if (!resolved.ok()) {
-    std::fprintf(stderr, "loom info: %s\n", resolved.status().ToString().c_str());
+    std::fprintf(stderr, "loom info: %s\n", E(resolved.status().ToString()).c_str());
     return 1;
   }
   InfoOptions o = options;
@@ -274,12 +280,12 @@ int RunInfo(const InfoOptions& options) {
              !std::filesystem::is_directory(o.model)) {
     StatusOr<Report> raw = RawGgufReport(o.model, m.status());
     if (!raw.ok()) {
-      std::fprintf(stderr, "loom info: %s\n", m.status().ToString().c_str());
+      std::fprintf(stderr, "loom info: %s\n", E(m.status().ToString()).c_str());
       return 1;
     }
     r = std::move(raw).value();
   } else {
-    std::fprintf(stderr, "loom info: %s\n", m.status().ToString().c_str());
+    std::fprintf(stderr, "loom info: %s\n", E(m.status().ToString()).c_str());
     return 1;
   }
   if (o.json) {

@@ -108,16 +108,15 @@ int Generate(const RunOptions& o, model::ForwardPass& forward, const text::Token
     std::printf("\n");
   }
   std::fflush(stdout);
-  std::fprintf(stderr,
-               "loom: load %.2f s | prompt %lld tokens, %.1f tokens/s | generation %zu tokens, "
-               "%.1f tokens/s | %s | seed %llu | %d threads%s\n",
-               load_seconds, static_cast<long long>(t.prompt_tokens), t.PromptTokensPerSecond(),
-               result->generated.size(), t.DecodeTokensPerSecond(),
-               std::string(engine::FinishReasonName(result->finish)).c_str(),
-               static_cast<unsigned long long>(gen.sampling.seed), threads,
-               o.pod.distributed()
-                   ? StrCat(" per rank | tp ", o.pod.tp, " x pp ", o.pod.pp).c_str()
-                   : "");
+  std::fprintf(
+      stderr,
+      "loom: load %.2f s | prompt %lld tokens, %.1f tokens/s | generation %zu tokens, "
+      "%.1f tokens/s | %s | seed %llu | %d threads%s\n",
+      load_seconds, static_cast<long long>(t.prompt_tokens), t.PromptTokensPerSecond(),
+      result->generated.size(), t.DecodeTokensPerSecond(),
+      std::string(engine::FinishReasonName(result->finish)).c_str(),
+      static_cast<unsigned long long>(gen.sampling.seed), threads,
+      o.pod.distributed() ? StrCat(" per rank | tp ", o.pod.tp, " x pp ", o.pod.pp).c_str() : "");
   return 0;
 }
 
@@ -166,17 +165,20 @@ void AddRunCommand(CLI::App& app, Action* action) {
                   "in the cache (loom pull)")
       ->required();
   sub->add_option("--tokenizer", o->tokenizer,
-                  "Tokenizer: tokenizer.json (or its directory), llama2.c tokenizer.bin, or a GGUF "
-                  "file whose tokenizer is borrowed (default: the model's own, or tokenizer.bin "
+                  "Tokenizer: tokenizer.json or tokenizer.model (or their directory), llama2.c "
+                  "tokenizer.bin, or a GGUF file whose tokenizer is borrowed (default: the "
+                  "model's own, the tokenizer.json / tokenizer.model beside it, or tokenizer.bin "
                   "beside a llama2.c checkpoint)");
-  auto* p = sub->add_option("-p,--prompt", o->prompt, "Prompt text (BOS added as the tokenizer says)");
+  auto* p =
+      sub->add_option("-p,--prompt", o->prompt, "Prompt text (BOS added as the tokenizer says)");
   auto* ids = sub->add_option("--prompt-ids", o->prompt_ids,
                               "Prompt as comma-separated token ids, used exactly as given");
   p->excludes(ids);
-  auto* chat = sub->add_flag("--chat", o->chat,
-                             "Treat -p as a user message and apply the model's chat template "
-                             "(tokenizer_config.json chat_template or GGUF tokenizer.chat_template; "
-                             "without one, the message text as is)");
+  auto* chat =
+      sub->add_flag("--chat", o->chat,
+                    "Treat -p as a user message and apply the model's chat template "
+                    "(tokenizer_config.json chat_template or GGUF tokenizer.chat_template; "
+                    "without one, the message text as is)");
   chat->excludes(ids);
   sub->add_option("--system", o->system, "System message for --chat")->needs(chat);
   sub->add_option("-n,--max-new", o->max_new, "Maximum number of new tokens")

@@ -65,7 +65,8 @@ void AddTokenizeCommand(CLI::App& app, Action* action) {
   CLI::App* sub = app.add_subcommand("tokenize", "print the token ids of a text");
   auto options = std::make_shared<TokenizeOptions>();
   sub->add_option("-m,--model", options->model,
-                  "a GGUF model, a llama2.c tokenizer.bin, or a llama2.c checkpoint (.bin)")
+                  "a GGUF model, a model directory, a tokenizer.json or tokenizer.model, a "
+                  "llama2.c tokenizer.bin, or a llama2.c checkpoint (.bin)")
       ->required();
   sub->add_option("--tokenizer", options->tokenizer,
                   "tokenizer file; for a llama2.c checkpoint the default is tokenizer.bin or "

@@ -2,8 +2,11 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <string>
+#include <vector>
 
 #include "loom/cli/commands.h"
+#include "loom/cli/usage_check.h"
 
 int main(int argc, char** argv) {
   CLI::App app{
@@ -25,6 +28,15 @@ int main(int argc, char** argv) {
   loom::cli::AddPullCommand(app, &action);
   loom::cli::AddHubCommand(app, &action);
   loom::cli::AddNodeCommand(app, &action);
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty()) {
+    std::fprintf(stderr, "%s\n", app.help().c_str());
+    return 2;
+  }
+  if (const auto error = loom::cli::CheckUsage(app, args)) {
+    std::fprintf(stderr, "%s\n", error->c_str());
+    return 2;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

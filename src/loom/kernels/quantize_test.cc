@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -110,9 +111,11 @@ TEST(QuantizeTest, RowsRoundTripWithinTheTypesResolution) {
   }
 }
 
-// K-quants: per 32-value sub-block (Q4_K/Q5_K) half a step of its range plus the 6-bit rounding
-// of its scale (d) and min (dmin); per 16-value sub-block (Q6_K) one step (the value opposite the
-// scale's sign is clamped from +32 to 31) plus the int8 rounding of the scale (32 * d / 2).
+// K-quants: per 32-value sub-block (Q4_K/Q5_K) one step of its range (the searched scale may
+// clip an extreme value by up to a step to lower the squared error of the rest) plus the 6-bit
+// rounding of its scale (d) and min (dmin); per 16-value sub-block (Q6_K) two steps (clipping,
+// and the value opposite the scale's sign is clamped from +32 to 31) plus the int8 rounding of
+// the scale (32 * d / 2).
 TEST(QuantizeTest, KQuantRowsRoundTripWithinTheirResolution) {
   const int64_t n = 2304;
   const std::vector<float> x = RandomVector(n, 17, 3.0f);
@@ -148,8 +151,8 @@ TEST(QuantizeTest, KQuantRowsRoundTripWithinTheirResolution) {
         }
         const float tol =
             type == DType::kQ6_K
-                ? (amax / 32.0f + 16.5f * max_step / 127.0f) * 1.01f
-                : ((hi - lo) / levels / 2 + max_step / 63.0f + max_min / 63.0f) * 1.01f;
+                ? (2 * amax / 32.0f + 16.5f * max_step / 127.0f) * 1.01f
+                : ((hi - lo) / levels + max_step / 63.0f + max_min / 63.0f) * 1.01f;
         for (int64_t i = j; i < j + sub; ++i) {
           const float v = x[static_cast<size_t>(i)];
           ASSERT_LE(std::fabs(back[static_cast<size_t>(i)] - v), tol) << "element " << i;
@@ -158,10 +161,11 @@ TEST(QuantizeTest, KQuantRowsRoundTripWithinTheirResolution) {
         }
       }
     }
-    // Relative RMS error (measured 9.5%, 4.5%, and below 3% for Q6_K with this simple quantizer;
-    // llama.cpp's error-minimizing search does better): more bits, less error.
+    // Relative RMS error: plain per-sub-block min/max gave 9.47%, 4.53% and 2.51% on this data;
+    // the scale/minimum search gives 8.55%, 4.39% and 2.42%.  More bits, less error.
     const double rel = std::sqrt(err2 / x2);
-    EXPECT_LT(rel, type == DType::kQ4_K ? 0.11 : type == DType::kQ5_K ? 0.055 : 0.03);
+    std::printf("%s: relative RMS error %.4f\n", Traits(type).name.data(), rel);
+    EXPECT_LT(rel, type == DType::kQ4_K ? 0.089 : type == DType::kQ5_K ? 0.0445 : 0.0246);
   }
 }
 

@@ -197,7 +197,10 @@ void AddTokenizer(const TokenizerSpec& t, GgufWriter& w) {
   if (!t.token_types.empty()) {
     w.AddArray("tokenizer.ggml.token_type", std::span<const int32_t>(t.token_types));
   }
-  if (!t.merges.empty()) w.AddStringArray("tokenizer.ggml.merges", t.merges);
+  // SentencePiece vocabularies merge by score (a tokenizer.json's merge list is not GGUF's).
+  if (!t.merges.empty() && t.model != "llama") {
+    w.AddStringArray("tokenizer.ggml.merges", t.merges);
+  }
   if (t.bos_id >= 0) w.AddU32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(t.bos_id));
   if (t.eos_id >= 0) w.AddU32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(t.eos_id));
   if (t.unk_id >= 0) w.AddU32("tokenizer.ggml.unknown_token_id", static_cast<uint32_t>(t.unk_id));

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -177,6 +178,9 @@ const std::vector<int32_t> kStoryTokens = {1,   403, 407, 261, 378, 432, 383, 28
 struct Agreement {
   double worst_rel = 0;  // max |a - b| / max |b| over each position's logits
   int top1_same = 0;
+  // Positions whose top-1 differs although the reference's top-1 leads its runner-up by more
+  // than twice that position's largest logit difference (a flip that is not a near-tie).
+  int top1_clear_flips = 0;
   int positions = 0;
 };
 
@@ -193,7 +197,13 @@ Agreement Compare(const std::vector<std::vector<float>>& got,
     const auto top = [](const std::vector<float>& v) {
       return std::max_element(v.begin(), v.end()) - v.begin();
     };
-    a.top1_same += top(got[p]) == top(want[p]);
+    const bool same = top(got[p]) == top(want[p]);
+    a.top1_same += same;
+    if (!same) {
+      std::vector<float> sorted = want[p];
+      std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
+      a.top1_clear_flips += sorted[0] - sorted[1] > 2 * diff;
+    }
     ++a.positions;
   }
   return a;
@@ -265,6 +275,9 @@ TEST_P(StoriesQuantizedTest, MatchesItsDequantizedReference) {
 INSTANTIATE_TEST_SUITE_P(Types, StoriesQuantizedTest,
                          ::testing::Values(QuantCase{"gguf_q8_0", "q8_0", 0, 0, 3e-2},
                                            QuantCase{"gguf_q4_0", "q4_0", 0, 0, 3e-2},
+                                           // 64-value rows: K-quants fall back to q8_0 here;
+                                           // KQuantTest below quantizes 256-value rows.
+                                           QuantCase{"gguf_q4_k", "q4_k", 0, 0, 3e-2},
                                            QuantCase{"mlx_4bit_g32", "", 4, 32, 3e-2},
                                            QuantCase{"mlx_8bit_g64", "", 8, 64, 3e-2}),
                          [](const ::testing::TestParamInfo<QuantCase>& info) {
@@ -327,7 +340,10 @@ TEST_P(KQuantTest, MatchesItsDequantizedReference) {
   std::printf("%s: worst |diff| / max|logit| %.2e, top-1 agrees at %d of %d positions\n",
               GetParam(), a.worst_rel, a.top1_same, a.positions);
   EXPECT_LT(a.worst_rel, 3e-2);
-  EXPECT_GE(a.top1_same, a.positions - 1);
+  // A random model has near-ties; the top-1 may flip only where the logits' difference could
+  // have flipped it.
+  EXPECT_EQ(a.top1_clear_flips, 0);
+  EXPECT_GE(a.top1_same, a.positions - 2);
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, KQuantTest, ::testing::Values("q4_k", "q5_k", "q6_k"));

@@ -1,5 +1,6 @@
 #include "loom/text/sentencepiece.h"
 
+#include <algorithm>
 #include <cmath>
 #include <queue>
 #include <utility>
@@ -69,7 +70,7 @@ struct Symbol {
 // A candidate merge of symbols[left] and the symbol after it; stale once either has changed
 // (merging only ever grows the left symbol or empties the right one, so comparing lengths tells).
 struct Candidate {
-  float score = 0;
+  double score = 0;  // the merged piece's score, or minus the merge's rank
   int32_t id = -1;
   int64_t left = 0;        // symbol index; symbols are in text order, so this orders positions
   int64_t merged_len = 0;  // left.len + right.len when queued
@@ -95,7 +96,8 @@ bool ParseBytePiece(std::string_view piece, uint8_t* byte) {
 }
 
 StatusOr<std::unique_ptr<SentencePieceTokenizer>> SentencePieceTokenizer::Create(
-    const model::TokenizerSpec& spec, std::string_view source) {
+    const model::TokenizerSpec& spec, std::string_view source,
+    const SentencePieceOptions& options) {
   const int64_t n = static_cast<int64_t>(spec.tokens.size());
   if (spec.model != "llama") {
     return InvalidArgumentError(source, ": sentencepiece: tokenizer model is '", spec.model,
@@ -130,9 +132,23 @@ StatusOr<std::unique_ptr<SentencePieceTokenizer>> SentencePieceTokenizer::Create
   t->eos_id_ = spec.eos_id;
   t->unk_id_ = spec.unk_id;
   t->add_bos_ = spec.add_bos;
-  t->add_space_prefix_ = spec.add_space_prefix;
   t->stop_at_bos_ = spec.stop_at_bos;
   t->chat_template_ = spec.chat_template;
+  t->has_chat_tokens_ = options.has_chat_tokens;
+  t->chat_bos_token_ = options.chat_bos_token;
+  t->chat_eos_token_ = options.chat_eos_token;
+  t->prepend_ = spec.add_space_prefix ? options.prepend : PrependScheme::kNever;
+  t->add_space_prefix_ = t->prepend_ != PrependScheme::kNever;
+  t->prepend_unless_space_ = options.prepend_unless_space;
+  t->split_words_ = options.split_words;
+  t->strip_space_at_start_ = options.strip_space_at_start;
+  for (int32_t id : options.eog_ids) {
+    if (id < 0 || id >= n) {
+      return InvalidArgumentError(source, ": sentencepiece: end-of-generation id ", id,
+                                  " is outside the vocabulary of ", n, " tokens");
+    }
+    t->eog_ids_.push_back(id);
+  }
   t->byte_ids_.fill(-1);
   t->kinds_.resize(static_cast<size_t>(n), PieceKind::kNormal);
 
@@ -195,8 +211,18 @@ StatusOr<std::unique_ptr<SentencePieceTokenizer>> SentencePieceTokenizer::Create
       case PieceKind::kUnused:
         break;
     }
-    if (t->kinds_[u] == PieceKind::kControl && !piece.empty()) {
-      t->controls_.Add(piece, {.id = static_cast<int32_t>(i), .control = true});
+    const PieceKind kind = t->kinds_[u];
+    if ((kind == PieceKind::kControl || kind == PieceKind::kUnknown ||
+         kind == PieceKind::kUserDefined) &&
+        !piece.empty()) {
+      const int32_t id = static_cast<int32_t>(i);
+      auto listed = [id](const std::vector<int32_t>& ids) {
+        return std::find(ids.begin(), ids.end(), id) != ids.end();
+      };
+      t->specials_.Add(piece, {.id = id,
+                               .control = kind != PieceKind::kUserDefined,
+                               .lstrip = listed(options.lstrip_ids),
+                               .rstrip = listed(options.rstrip_ids)});
     }
     // Plain text can only produce normal and user-defined pieces; the first id of a duplicated
     // spelling wins.  Empty pieces would never match a character.
@@ -204,6 +230,33 @@ StatusOr<std::unique_ptr<SentencePieceTokenizer>> SentencePieceTokenizer::Create
         !piece.empty()) {
       t->lookup_.emplace(std::string_view(piece), static_cast<int32_t>(i));
     }
+  }
+
+  // A merge list (tokenizer.json): "left right", by rank.  Pieces never contain a real space in
+  // the "▁" spelling, so the first space separates the two.
+  t->merge_ranks_.reserve(spec.merges.size());
+  for (size_t r = 0; r < spec.merges.size(); ++r) {
+    const std::string_view merge = spec.merges[r];
+    const size_t space = merge.find(' ');
+    if (space == std::string_view::npos || space == 0 || space + 1 == merge.size()) {
+      return InvalidArgumentError(source, ": sentencepiece: merge ", r, " '", merge,
+                                  "' is not two pieces separated by a space");
+    }
+    const std::string_view left = merge.substr(0, space);
+    const std::string_view right = merge.substr(space + 1);
+    const int32_t a = t->Lookup(left);
+    const int32_t b = t->Lookup(right);
+    const int32_t ab = t->Lookup(StrCat(left, right));
+    if (a < 0 || b < 0 || ab < 0) {
+      return InvalidArgumentError(source, ": sentencepiece: merge ", r, " '", merge,
+                                  "' joins pieces that are not (both) in the vocabulary, or "
+                                  "makes one that is not");
+    }
+    if (r > static_cast<size_t>(INT32_MAX)) {
+      return InvalidArgumentError(source, ": sentencepiece: too many merges");
+    }
+    // The first (lowest rank) listing of a pair wins.
+    t->merge_ranks_.emplace(PairKey(a, b), RankedMerge{static_cast<int32_t>(r), ab});
   }
   return t;
 }
@@ -227,24 +280,35 @@ std::string SentencePieceTokenizer::SpellSpaces(std::string_view text) const {
   return out;
 }
 
+bool SentencePieceTokenizer::WantsPrefix(std::string_view run, size_t offset) const {
+  switch (prepend_) {
+    case PrependScheme::kNever:
+      return false;
+    case PrependScheme::kFirst:
+      if (offset != 0) return false;
+      break;
+    case PrependScheme::kAlways:
+      break;
+  }
+  return !(prepend_unless_space_ && !run.empty() && run[0] == ' ');
+}
+
 StatusOr<std::vector<int32_t>> SentencePieceTokenizer::Encode(std::string_view text,
                                                               const EncodeOptions& options) const {
   std::vector<int32_t> ids;
   if (options.add_bos && bos_id_ >= 0) ids.push_back(bos_id_);
-  if (!options.parse_special || controls_.empty()) {
-    LOOM_RETURN_IF_ERROR(EncodeText(text, add_space_prefix_, &ids));
+  if (specials_.empty()) {
+    LOOM_RETURN_IF_ERROR(EncodeText(text, WantsPrefix(text, 0), &ids));
     return ids;
   }
   std::vector<SpecialTokenMatcher::Fragment> fragments;
-  controls_.Split(text, /*allow_control=*/true, &fragments);
-  bool after_special = true;  // the start of the text counts as after a special
+  specials_.Split(text, options.parse_special, &fragments);
   for (const SpecialTokenMatcher::Fragment& f : fragments) {
     if (f.id >= 0) {
       ids.push_back(f.id);
-      after_special = true;
     } else {
-      LOOM_RETURN_IF_ERROR(EncodeText(f.text, add_space_prefix_ && after_special, &ids));
-      after_special = false;
+      const size_t offset = static_cast<size_t>(f.text.data() - text.data());
+      LOOM_RETURN_IF_ERROR(EncodeText(f.text, WantsPrefix(f.text, offset), &ids));
     }
   }
   return ids;
@@ -325,12 +389,27 @@ Status SentencePieceTokenizer::EncodeText(std::string_view text, bool prefix,
   storage.reserve(static_cast<size_t>(count));
   std::priority_queue<Candidate, std::vector<Candidate>, CandidateLess> queue(CandidateLess{},
                                                                               std::move(storage));
+  const std::string_view space = metaspace_ ? kMetaspace : std::string_view(" ");
   auto try_queue = [&](int64_t left) {
     if (left < 0) return;
     const Symbol& a = symbols[static_cast<size_t>(left)];
     if (a.next < 0) return;
     const Symbol& b = symbols[static_cast<size_t>(a.next)];
     if (!a.mergeable || !b.mergeable) return;
+    // Split words: a symbol that starts with a space starts a word; nothing merges across.
+    if (split_words_ &&
+        std::string_view(spelled).substr(static_cast<size_t>(b.start), space.size()) == space) {
+      return;
+    }
+    if (!merge_ranks_.empty()) {
+      const auto it = merge_ranks_.find(PairKey(a.id, b.id));
+      if (it == merge_ranks_.end()) return;
+      queue.push({.score = -static_cast<double>(it->second.rank),
+                  .id = it->second.id,
+                  .left = left,
+                  .merged_len = a.len + b.len});
+      return;
+    }
     const int32_t id = Lookup(std::string_view(spelled).substr(static_cast<size_t>(a.start),
                                                                static_cast<size_t>(a.len + b.len)));
     if (id < 0) return;
@@ -369,8 +448,10 @@ std::string_view SentencePieceTokenizer::DecodePiece(int32_t prev_id, int32_t id
   std::string_view piece = decoded_[static_cast<size_t>(id)];
   // SentencePiece drops the dummy prefix it added; llama2.c: "following BOS, strip the leading
   // whitespace".  Byte pieces (an explicit <0x20>) are kept.
-  if (prev_id == bos_id_ && bos_id_ >= 0 && kinds_[static_cast<size_t>(id)] == PieceKind::kNormal &&
-      !piece.empty() && piece[0] == ' ') {
+  const bool at_start =
+      (prev_id == bos_id_ && bos_id_ >= 0) || (strip_space_at_start_ && prev_id < 0);
+  if (at_start && kinds_[static_cast<size_t>(id)] == PieceKind::kNormal && !piece.empty() &&
+      piece[0] == ' ') {
     piece.remove_prefix(1);
   }
   return piece;
@@ -386,12 +467,17 @@ bool SentencePieceTokenizer::IsControl(int32_t id) const {
 }
 
 ChatTemplateInfo SentencePieceTokenizer::chat_template() const {
+  if (has_chat_tokens_) {
+    return {.source = chat_template_, .bos_token = chat_bos_token_, .eos_token = chat_eos_token_};
+  }
   return {
       .source = chat_template_, .bos_token = PieceText(bos_id_), .eos_token = PieceText(eos_id_)};
 }
 
 bool SentencePieceTokenizer::IsEog(int32_t id) const {
-  return (id >= 0 && id == eos_id_) || (stop_at_bos_ && id >= 0 && id == bos_id_);
+  if (id < 0) return false;
+  if (id == eos_id_ || (stop_at_bos_ && id == bos_id_)) return true;
+  return std::find(eog_ids_.begin(), eog_ids_.end(), id) != eog_ids_.end();
 }
 
 }  // namespace loom::text

@@ -16,6 +16,17 @@
 // Vocabularies come in two spellings of the space: SentencePiece/GGUF pieces use "▁" (U+2581),
 // llama2.c tokenizer.bin pieces contain real spaces.  The spelling is detected from the pieces;
 // input spaces are rewritten to it before merging, and decoding turns "▁" back into " ".
+//
+// The same tokenizer serves SentencePiece-style tokenizer.json files (BPE with byte_fallback,
+// tokenizer_json.h) and tokenizer.model files (sentencepiece_model.h).  A tokenizer.json gives a
+// merge list instead of scores: with spec.merges set, the pair to merge is the listed pair of
+// lowest rank (ties: leftmost), as Hugging Face's BPE model does; SentencePieceOptions carry what
+// its normalizer, pre-tokenizer and decoder say about the dummy prefix and word splitting.
+//
+// Added tokens: control and unknown pieces are matched in the text only with parse_special,
+// user-defined pieces (tokenizer.json added tokens with "special": false) always, as llama.cpp and
+// Hugging Face do.  Each run of text between them is encoded on its own and gets the dummy prefix
+// as SentencePieceOptions::prepend says.
 #pragma once
 
 #include <array>
@@ -43,12 +54,41 @@ enum class PieceKind : uint8_t {
   kByte = 6,
 };
 
+// Which runs of text (between added tokens) get the dummy prefix.
+enum class PrependScheme : uint8_t {
+  kAlways,  // every run (GGUF/llama.cpp, tokenizer.model, tokenizer.json Prepend normalizer)
+  kFirst,   // only a run at the very start of the text (Metaspace prepend_scheme "first")
+  kNever,
+};
+
+// What a TokenizerSpec (the GGUF view) does not say; the defaults are GGUF's behaviour.
+struct SentencePieceOptions {
+  PrependScheme prepend = PrependScheme::kAlways;  // with spec.add_space_prefix false: never
+  // Metaspace pre-tokenizer: no dummy prefix for a run that already starts with a space.
+  bool prepend_unless_space = false;
+  // Metaspace split: every space starts a new word, and merges never join two words.
+  bool split_words = false;
+  // Decoders that strip the leading space of a stream's first piece (Strip, Metaspace) do it at
+  // the start of a stream too, not only after BOS.
+  bool strip_space_at_start = false;
+  std::vector<int32_t> lstrip_ids;  // added tokens that swallow the whitespace before them
+  std::vector<int32_t> rstrip_ids;  // ... after them
+  std::vector<int32_t> eog_ids;     // end of generation beside eos (config.json eos_token_id list)
+  // The texts a chat template's bos_token / eos_token stand for; when not set, the spellings of
+  // bos_id / eos_id.
+  bool has_chat_tokens = false;
+  std::string chat_bos_token;
+  std::string chat_eos_token;
+};
+
 class SentencePieceTokenizer final : public Tokenizer {
  public:
-  // Builds from a spec with model "llama".  Validates ids, array lengths, byte pieces and scores
-  // (NaN is rejected); `source` (a file name) prefixes the error messages.
-  static StatusOr<std::unique_ptr<SentencePieceTokenizer>> Create(const model::TokenizerSpec& spec,
-                                                                  std::string_view source);
+  // Builds from a spec with model "llama".  Validates ids, array lengths, byte pieces, scores
+  // (NaN is rejected) and merges (each must join two pieces into a piece); `source` (a file name)
+  // prefixes the error messages.
+  static StatusOr<std::unique_ptr<SentencePieceTokenizer>> Create(
+      const model::TokenizerSpec& spec, std::string_view source,
+      const SentencePieceOptions& options = {});
 
   // Lookups point into pieces_; the object is neither copied nor moved.
   SentencePieceTokenizer(const SentencePieceTokenizer&) = delete;
@@ -73,6 +113,8 @@ class SentencePieceTokenizer final : public Tokenizer {
   // True when pieces spell the space as "▁" (GGUF), false for real spaces (llama2.c).
   bool metaspace() const { return metaspace_; }
   bool add_space_prefix() const { return add_space_prefix_; }
+  // Whether merges follow a merge list (tokenizer.json) rather than scores.
+  bool ranked_merges() const { return !merge_ranks_.empty(); }
   PieceKind piece_kind(int32_t id) const { return kinds_[static_cast<size_t>(id)]; }
   float score(int32_t id) const { return scores_[static_cast<size_t>(id)]; }
   // The id of the piece spelled exactly `piece` that plain text may produce (normal and
@@ -88,6 +130,15 @@ class SentencePieceTokenizer final : public Tokenizer {
   SentencePieceTokenizer() = default;
   // Appends the ids of plain text; `prefix` adds the dummy prefix (non-empty text only).
   Status EncodeText(std::string_view text, bool prefix, std::vector<int32_t>* ids) const;
+  // Whether a run of text starting at `offset` of the input gets the dummy prefix.
+  bool WantsPrefix(std::string_view run, size_t offset) const;
+  static uint64_t PairKey(int32_t a, int32_t b) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
+  }
+  struct RankedMerge {
+    int32_t rank = 0;
+    int32_t id = -1;  // the merged piece
+  };
 
   std::vector<std::string> pieces_;   // (vocab) as spelled in the vocabulary
   std::vector<std::string> decoded_;  // (vocab) output bytes: "▁" -> " ", bytes raw, control ""
@@ -95,9 +146,15 @@ class SentencePieceTokenizer final : public Tokenizer {
   std::vector<PieceKind> kinds_;      // (vocab)
   std::unordered_map<std::string_view, int32_t> lookup_;  // views into pieces_
   std::array<int32_t, 256> byte_ids_{};                   // byte -> "<0xXX>" id, -1 if absent
-  SpecialTokenMatcher controls_;                          // control pieces, for parse_special
+  // (left id, right id) -> merge, when the vocabulary came with a merge list
+  std::unordered_map<uint64_t, RankedMerge> merge_ranks_;
+  SpecialTokenMatcher specials_;  // control and unknown pieces (parse_special), user-defined ones
+  std::vector<int32_t> eog_ids_;
   std::string source_;
   std::string chat_template_;
+  std::string chat_bos_token_;
+  std::string chat_eos_token_;
+  bool has_chat_tokens_ = false;
   int32_t bos_id_ = -1;
   int32_t eos_id_ = -1;
   int32_t unk_id_ = -1;
@@ -106,6 +163,10 @@ class SentencePieceTokenizer final : public Tokenizer {
   bool stop_at_bos_ = false;
   bool metaspace_ = false;
   bool has_byte_pieces_ = false;  // byte fallback: unknown characters become their bytes
+  PrependScheme prepend_ = PrependScheme::kAlways;
+  bool prepend_unless_space_ = false;
+  bool split_words_ = false;
+  bool strip_space_at_start_ = false;
 };
 
 // Parses the byte piece spelling "<0xXX>" (two hex digits, either case).  False otherwise.

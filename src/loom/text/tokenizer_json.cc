@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "loom/base/mapped_file.h"
+#include "loom/text/tokenizer_json_internal.h"
 
 namespace loom::text {
 namespace {
@@ -17,6 +18,10 @@ namespace fs = std::filesystem;
 
 constexpr int64_t kMaxVocab = 16 << 20;  // ids above this are surely not a real vocabulary
 
+}  // namespace
+
+namespace json_internal {
+
 StatusOr<Json> ParseJson(std::string_view text, std::string_view source) {
   try {
     return Json::parse(text.begin(), text.end());
@@ -24,6 +29,52 @@ StatusOr<Json> ParseJson(std::string_view text, std::string_view source) {
     return InvalidArgumentError(source, ": not valid JSON: ", e.what());
   }
 }
+
+Status TypeError(std::string_view source, std::string_view field, std::string_view expected,
+                 const Json& value) {
+  return InvalidArgumentError(source, ": ", field, " must be ", expected, ", not ",
+                              value.type_name());
+}
+
+StatusOr<std::string> OptString(const Json& o, const char* field, std::string_view source,
+                                std::string_view path, std::string fallback) {
+  const auto it = o.find(field);
+  if (it == o.end() || it->is_null()) return fallback;
+  if (!it->is_string()) return TypeError(source, StrCat(path, field), "a string", *it);
+  return it->get<std::string>();
+}
+
+StatusOr<bool> OptBool(const Json& o, const char* field, std::string_view source,
+                       std::string_view path, bool fallback) {
+  const auto it = o.find(field);
+  if (it == o.end() || it->is_null()) return fallback;
+  if (!it->is_boolean()) return TypeError(source, StrCat(path, field), "true or false", *it);
+  return it->get<bool>();
+}
+
+StatusOr<int32_t> TokenId(const Json& v, std::string_view source, std::string_view field) {
+  if (!v.is_number_integer()) return TypeError(source, field, "an integer token id", v);
+  if (v.is_number_unsigned() ? v.get<uint64_t>() >= static_cast<uint64_t>(kMaxVocab)
+                             : (v.get<int64_t>() < 0 || v.get<int64_t>() >= kMaxVocab)) {
+    return InvalidArgumentError(source, ": ", field, " is ", v.dump(), ", outside 0..", kMaxVocab);
+  }
+  return static_cast<int32_t>(v.get<int64_t>());
+}
+
+int32_t FindToken(const model::TokenizerSpec& spec, std::string_view text) {
+  if (text.empty()) return -1;
+  // Added tokens sit at the end of the vocabulary; search from there.
+  for (size_t i = spec.tokens.size(); i-- > 0;) {
+    if (spec.tokens[i] == text) return static_cast<int32_t>(i);
+  }
+  return -1;
+}
+
+}  // namespace json_internal
+
+namespace {
+
+using namespace json_internal;  // NOLINT: the helpers are this file's own
 
 // tokenizer.json as parsed: model.vocab and model.merges streamed straight into vectors (a DOM of
 // 400k small strings in std::map nodes would cost most of the load time), the rest as a DOM.
@@ -198,41 +249,6 @@ StatusOr<RawTokenizerJson> ReadTokenizerJson(std::string_view text, std::string_
   return raw;
 }
 
-Status TypeError(std::string_view source, std::string_view field, std::string_view expected,
-                 const Json& value) {
-  return InvalidArgumentError(source, ": ", field, " must be ", expected, ", not ",
-                              value.type_name());
-}
-
-// The string at `field` of object `o`, or `fallback` when absent or null.
-StatusOr<std::string> OptString(const Json& o, const char* field, std::string_view source,
-                                std::string_view path, std::string fallback = {}) {
-  const auto it = o.find(field);
-  if (it == o.end() || it->is_null()) return fallback;
-  if (!it->is_string()) return TypeError(source, StrCat(path, field), "a string", *it);
-  return it->get<std::string>();
-}
-
-StatusOr<bool> OptBool(const Json& o, const char* field, std::string_view source,
-                       std::string_view path, bool fallback) {
-  const auto it = o.find(field);
-  if (it == o.end() || it->is_null()) return fallback;
-  if (!it->is_boolean()) return TypeError(source, StrCat(path, field), "true or false", *it);
-  return it->get<bool>();
-}
-
-// A token id: a non-negative integer below kMaxVocab.
-StatusOr<int32_t> TokenId(const Json& v, std::string_view source, std::string_view field) {
-  if (!v.is_number_integer()) return TypeError(source, field, "an integer token id", v);
-  if (v.is_number_unsigned() ? v.get<uint64_t>() >= static_cast<uint64_t>(kMaxVocab)
-                             : (v.get<int64_t>() < 0 || v.get<int64_t>() >= kMaxVocab)) {
-    return InvalidArgumentError(source, ": ", field, " is ", v.dump(), ", outside 0..", kMaxVocab);
-  }
-  return static_cast<int32_t>(v.get<int64_t>());
-}
-
-int32_t FindToken(const model::TokenizerSpec& spec, std::string_view text);
-
 Status ParseNormalizer(const Json& n, std::string_view source, PreTokenizerConfig* pre) {
   if (n.is_null()) return OkStatus();
   if (!n.is_object()) return TypeError(source, "normalizer", "an object or null", n);
@@ -315,11 +331,6 @@ Status ParsePreTokenizer(const Json& p, std::string_view source, PreTokenizerCon
     }
     return OkStatus();
   }
-  if (type == "Metaspace") {
-    return UnimplementedError(source,
-                              ": pre_tokenizer Metaspace (SentencePiece-style BPE in "
-                              "tokenizer.json) is not supported; use the model's GGUF file");
-  }
   return UnimplementedError(source, ": pre_tokenizer '", type, "' is not supported");
 }
 
@@ -389,15 +400,6 @@ StatusOr<std::string> TokenText(const Json& o, const char* field, std::string_vi
   return TypeError(source, field, "a string or an object with content", *it);
 }
 
-int32_t FindToken(const model::TokenizerSpec& spec, std::string_view text) {
-  if (text.empty()) return -1;
-  // Added tokens sit at the end of the vocabulary; search from there.
-  for (size_t i = spec.tokens.size(); i-- > 0;) {
-    if (spec.tokens[i] == text) return static_cast<int32_t>(i);
-  }
-  return -1;
-}
-
 // The ids of an id-or-list field of config.json.
 StatusOr<std::vector<int32_t>> IdList(const Json& o, const char* field, std::string_view source) {
   std::vector<int32_t> out;
@@ -431,13 +433,7 @@ StatusOr<TokenizerJson> ParseTokenizerJson(std::string_view text, std::string_vi
     return UnimplementedError(source, ": tokenizer model type '", type,
                               "' is not supported (only byte-level BPE)");
   }
-  LOOM_ASSIGN_OR_RETURN(const bool byte_fallback,
-                        OptBool(m, "byte_fallback", source, "model.", false));
-  if (byte_fallback) {
-    return UnimplementedError(source,
-                              ": model.byte_fallback (SentencePiece-style BPE in tokenizer.json) "
-                              "is not supported; use the model's GGUF file");
-  }
+  const bool sentencepiece = IsSentencePieceStyle(root, m);
   for (const char* field : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     LOOM_ASSIGN_OR_RETURN(const std::string affix, OptString(m, field, source, "model."));
     if (!affix.empty()) {
@@ -536,6 +532,15 @@ StatusOr<TokenizerJson> ParseTokenizerJson(std::string_view text, std::string_vi
     }
   }
 
+  if (sentencepiece) {
+    LOOM_RETURN_IF_ERROR(ParseSentencePieceStyle(root, m, source, &t));
+    if (const auto p = root.find("post_processor"); p != root.end()) {
+      LOOM_RETURN_IF_ERROR(ParsePostProcessor(*p, source, &t));
+    }
+    spec.bos_id = t.template_bos_id;
+    spec.add_bos = t.template_bos_id >= 0;
+    return t;
+  }
   if (const auto n = root.find("normalizer"); n != root.end()) {
     LOOM_RETURN_IF_ERROR(ParseNormalizer(*n, source, &t.options.pre));
   }
@@ -657,6 +662,14 @@ StatusOr<TokenizerJson> LoadTokenizerJson(const std::string& path) {
                file.string()));
   }
 
+  LOOM_ASSIGN_OR_RETURN(const bool config_set_add_bos, ApplyDirectoryConfigs(dir.string(), &t));
+  FinishTokenizerJson(config_set_add_bos, &t);
+  return t;
+}
+
+StatusOr<bool> ApplyDirectoryConfigs(const std::string& directory, TokenizerJson* t) {
+  std::error_code ec;
+  const fs::path dir = directory;
   auto read_if_present = [&](const char* name) -> StatusOr<std::string> {
     const fs::path p = dir / name;
     if (!fs::is_regular_file(p, ec)) return std::string();
@@ -666,22 +679,21 @@ StatusOr<TokenizerJson> LoadTokenizerJson(const std::string& path) {
   LOOM_ASSIGN_OR_RETURN(const std::string config_text, read_if_present("tokenizer_config.json"));
   if (!config_text.empty()) {
     const std::string name = (dir / "tokenizer_config.json").string();
-    LOOM_RETURN_IF_ERROR(ApplyTokenizerConfig(config_text, name, &t));
+    LOOM_RETURN_IF_ERROR(ApplyTokenizerConfig(config_text, name, t));
     LOOM_ASSIGN_OR_RETURN(const Json root, ParseJson(config_text, name));
     config_set_add_bos = root.contains("add_bos_token") && root["add_bos_token"].is_boolean();
   }
-  if (t.spec.chat_template.empty()) {
+  if (t->spec.chat_template.empty()) {
     // Newer transformers save the template in a file of its own.
-    LOOM_ASSIGN_OR_RETURN(t.spec.chat_template, read_if_present("chat_template.jinja"));
+    LOOM_ASSIGN_OR_RETURN(t->spec.chat_template, read_if_present("chat_template.jinja"));
   }
   for (const char* name : {"config.json", "generation_config.json"}) {
     LOOM_ASSIGN_OR_RETURN(const std::string model_config, read_if_present(name));
     if (!model_config.empty()) {
-      LOOM_RETURN_IF_ERROR(ApplyModelConfig(model_config, (dir / name).string(), &t));
+      LOOM_RETURN_IF_ERROR(ApplyModelConfig(model_config, (dir / name).string(), t));
     }
   }
-  FinishTokenizerJson(config_set_add_bos, &t);
-  return t;
+  return config_set_add_bos;
 }
 
 bool LooksLikeJson(std::span<const std::byte> bytes) {

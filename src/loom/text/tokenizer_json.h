@@ -11,6 +11,13 @@
 //          String pattern, behavior Isolated, invert false) steps ending in ByteLevel
 //   decoder: ByteLevel (or null);  post_processor: TemplateProcessing tells whether BOS is added
 //   added_tokens: id, content, special (special -> control token), lstrip, rstrip
+// and SentencePiece style (Llama 2, Mistral, TinyLlama; spec.model "llama", t.sp):
+//   model: type "BPE", byte_fallback, vocab, merges (ranked), unk_token, fuse_unk
+//   normalizer: Prepend("▁") and Replace(" " -> "▁") (legacy), or null with a Metaspace
+//          pre_tokenizer (replacement "▁", prepend_scheme always|first|never or add_prefix_space,
+//          split)
+//   decoder: Replace("▁" -> " "), ByteFallback, Fuse, Strip(" ", start, 0), or Metaspace
+// Added tokens are matched on the raw text (their "normalized" flag is not honoured).
 #pragma once
 
 #include <cstdint>
@@ -21,12 +28,16 @@
 #include "loom/base/status.h"
 #include "loom/model/model_file.h"
 #include "loom/text/bpe.h"
+#include "loom/text/sentencepiece.h"
 
 namespace loom::text {
 
 struct TokenizerJson {
-  model::TokenizerSpec spec;  // model "gpt2"; pre = a known name when the regexes are known
-  BpeOptions options;
+  // model "gpt2" (byte-level; pre = a known name when the regexes are known) or "llama"
+  // (SentencePiece style: scores derived from the merge ranks, merges kept)
+  model::TokenizerSpec spec;
+  BpeOptions options;       // byte-level; also where the config files put eog ids and chat tokens
+  SentencePieceOptions sp;  // SentencePiece style: prefix, splitting, decoding
   // From the post_processor: the special token its single-sequence template starts with (-1),
   // and whether it has a TemplateProcessing at all.
   int32_t template_bos_id = -1;
@@ -53,6 +64,11 @@ void FinishTokenizerJson(bool config_set_add_bos, TokenizerJson* t);
 // chat_template.jinja), config.json and generation_config.json from the same directory are applied
 // when present.
 StatusOr<TokenizerJson> LoadTokenizerJson(const std::string& path);
+
+// Applies the config files of `dir` that are present (tokenizer_config.json or
+// chat_template.jinja, config.json, generation_config.json) to `t`; returns whether
+// tokenizer_config.json said add_bos_token.  Also used for tokenizer.model directories.
+StatusOr<bool> ApplyDirectoryConfigs(const std::string& dir, TokenizerJson* t);
 
 // Whether `bytes` look like JSON text (the first non-blank byte is '{').
 bool LooksLikeJson(std::span<const std::byte> bytes);

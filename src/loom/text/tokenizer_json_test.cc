@@ -150,7 +150,7 @@ TEST(TokenizerJsonTest, MalformedFilesAreClearErrors) {
   expect(ParseError(j.dump()), StatusCode::kUnimplemented, "WordPiece");
   j = Base();
   j["model"]["byte_fallback"] = true;
-  expect(ParseError(j.dump()), StatusCode::kUnimplemented, "byte_fallback");
+  expect(ParseError(j.dump()), StatusCode::kUnimplemented, "byte_fallback");  // with ByteLevel
   j = Base();
   j["normalizer"] = {{"type", "Lowercase"}};
   expect(ParseError(j.dump()), StatusCode::kUnimplemented, "Lowercase");

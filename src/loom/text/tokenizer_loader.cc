@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <span>
 
 #include "loom/base/mapped_file.h"
@@ -10,6 +11,7 @@
 #include "loom/text/bpe.h"
 #include "loom/text/llama2c_tokenizer.h"
 #include "loom/text/sentencepiece.h"
+#include "loom/text/sentencepiece_model.h"
 #include "loom/text/tokenizer_json.h"
 
 namespace loom::text {
@@ -17,7 +19,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
-enum class FileKind { kGguf, kLlama2cTokenizer, kLlama2cModel, kJson, kUnknown };
+enum class FileKind {
+  kGguf,
+  kLlama2cTokenizer,
+  kLlama2cModel,
+  kJson,
+  kSentencePieceModel,
+  kUnknown
+};
 
 bool IsGguf(std::span<const std::byte> bytes) {
   uint32_t magic = 0;
@@ -34,6 +43,7 @@ FileKind Sniff(std::span<const std::byte> bytes, const std::string& path, Status
   if (LooksLikeJson(bytes)) return FileKind::kJson;
   auto parsed = ParseLlama2cTokenizer(bytes, 0, path);
   if (parsed.ok()) return FileKind::kLlama2cTokenizer;
+  if (LooksLikeSentencePieceModel(bytes)) return FileKind::kSentencePieceModel;
   *tokenizer_error = parsed.status();
   if (model::HasLlama2cMagic(bytes) || model::LooksLikeLlama2cLegacy(bytes)) {
     return FileKind::kLlama2cModel;
@@ -50,34 +60,77 @@ Status UnknownFileError(const std::string& path, const Status& tokenizer_error) 
     return InvalidArgumentError(path, ": not a tokenizer.json (it does not start with '{')");
   }
   return InvalidArgumentError(path,
-                              ": unknown file: not a GGUF model, a tokenizer.json, a llama2.c "
-                              "checkpoint or a llama2.c tokenizer.bin (read as tokenizer.bin: ",
+                              ": unknown file: not a GGUF model, a tokenizer.json, a "
+                              "tokenizer.model, a llama2.c checkpoint or a llama2.c tokenizer.bin "
+                              "(read as tokenizer.bin: ",
                               tokenizer_error.message(), ")");
 }
 
 StatusOr<std::unique_ptr<Tokenizer>> FromTokenizerJson(const std::string& path) {
   LOOM_ASSIGN_OR_RETURN(TokenizerJson t, LoadTokenizerJson(path));
-  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<BpeTokenizer> bpe,
-                        BpeTokenizer::Create(std::move(t.spec), t.options, path));
-  return std::unique_ptr<Tokenizer>(std::move(bpe));
+  return TokenizerFromJson(std::move(t), path);
 }
 
-// The tokenizer.json a model directory (or the directory of a model file) holds, or "".
-std::string TokenizerJsonBeside(const std::string& model_path) {
+// A tokenizer.model, with the config files beside it (bos/eos ids, chat template, add_bos).
+StatusOr<std::unique_ptr<Tokenizer>> FromSentencePieceModel(const std::string& path) {
+  TokenizerJson t;
+  LOOM_ASSIGN_OR_RETURN(t.spec, LoadSentencePieceModel(path));
+  LOOM_RETURN_IF_ERROR(ApplyDirectoryConfigs(fs::path(path).parent_path().string(), &t).status());
+  // SentencePiece's decoder drops the dummy prefix of a sequence's first piece.
+  t.sp.strip_space_at_start = t.spec.add_space_prefix;
+  return TokenizerFromJson(std::move(t), path);
+}
+
+// The tokenizer file a model directory (or the directory of a model file) holds: its
+// tokenizer.json, else its tokenizer.model; "" when neither.
+std::string TokenizerBeside(const std::string& model_path) {
   std::error_code ec;
   const fs::path p = model_path;
   const fs::path dir = fs::is_directory(p, ec) ? p : p.parent_path();
-  const fs::path candidate = dir / "tokenizer.json";
-  return fs::is_regular_file(candidate, ec) ? candidate.string() : std::string();
+  for (const char* name : {"tokenizer.json", "tokenizer.model"}) {
+    const fs::path candidate = dir / name;
+    if (fs::is_regular_file(candidate, ec)) return candidate.string();
+  }
+  return std::string();
+}
+
+StatusOr<std::unique_ptr<Tokenizer>> FromFileBeside(const std::string& file) {
+  if (EndsWith(file, ".model")) return FromSentencePieceModel(file);
+  return FromTokenizerJson(file);
 }
 
 }  // namespace
 
+StatusOr<std::unique_ptr<Tokenizer>> TokenizerFromJson(TokenizerJson t, std::string_view source) {
+  if (t.spec.model == "llama") {
+    SentencePieceOptions& sp = t.sp;
+    sp.lstrip_ids = t.options.lstrip_ids;
+    sp.rstrip_ids = t.options.rstrip_ids;
+    sp.eog_ids = t.options.eog_ids;
+    sp.has_chat_tokens = t.options.has_chat_tokens;
+    sp.chat_bos_token = t.options.chat_bos_token;
+    sp.chat_eos_token = t.options.chat_eos_token;
+    LOOM_ASSIGN_OR_RETURN(std::unique_ptr<SentencePieceTokenizer> spm,
+                          SentencePieceTokenizer::Create(t.spec, source, sp));
+    return std::unique_ptr<Tokenizer>(std::move(spm));
+  }
+  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<BpeTokenizer> bpe,
+                        BpeTokenizer::Create(std::move(t.spec), t.options, source));
+  return std::unique_ptr<Tokenizer>(std::move(bpe));
+}
+
 StatusOr<std::unique_ptr<Tokenizer>> TokenizerFromSpec(const model::TokenizerSpec& spec,
                                                        std::string_view source) {
   if (spec.model == "llama") {
+    // GGUF and llama2.c vocabularies merge by score; a merge list there is ignored (llama.cpp
+    // ignores it too).
+    std::optional<model::TokenizerSpec> by_score;
+    if (!spec.merges.empty()) {
+      by_score = spec;
+      by_score->merges.clear();
+    }
     LOOM_ASSIGN_OR_RETURN(std::unique_ptr<SentencePieceTokenizer> t,
-                          SentencePieceTokenizer::Create(spec, source));
+                          SentencePieceTokenizer::Create(by_score ? *by_score : spec, source));
     return std::unique_ptr<Tokenizer>(std::move(t));
   }
   if (spec.model.empty() || spec.model == "none") {
@@ -95,7 +148,13 @@ StatusOr<std::unique_ptr<Tokenizer>> TokenizerFromSpec(const model::TokenizerSpe
 StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& path,
                                                    int64_t vocab_size_hint) {
   std::error_code ec;
-  if (fs::is_directory(path, ec)) return FromTokenizerJson(path);
+  if (fs::is_directory(path, ec)) {
+    const std::string beside = TokenizerBeside(path);
+    if (beside.empty()) {
+      return NotFoundError(path, " is a directory without a tokenizer.json or tokenizer.model");
+    }
+    return FromFileBeside(beside);
+  }
   {
     LOOM_ASSIGN_OR_RETURN(base::MappedFile file, base::MappedFile::Open(path));
     const std::span<const std::byte> bytes = file.bytes();
@@ -103,6 +162,7 @@ StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& path,
     if (!IsGguf(bytes)) {
       auto spec = ParseLlama2cTokenizer(bytes, vocab_size_hint, path);
       if (spec.ok()) return TokenizerFromSpec(*spec, path);
+      if (LooksLikeSentencePieceModel(bytes)) return FromSentencePieceModel(path);
       if (model::HasLlama2cMagic(bytes) || model::LooksLikeLlama2cLegacy(bytes)) {
         return InvalidArgumentError(
             path,
@@ -141,12 +201,12 @@ StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerForModel(const model::ModelFil
                            "and neither ", candidates[0].string(), " nor ", candidates[1].string(),
                            " exists; pass --tokenizer FILE");
     }
-  } else if (const std::string json = TokenizerJsonBeside(model.path); !json.empty()) {
-    LOOM_ASSIGN_OR_RETURN(tokenizer, FromTokenizerJson(json));
+  } else if (const std::string file = TokenizerBeside(model.path); !file.empty()) {
+    LOOM_ASSIGN_OR_RETURN(tokenizer, FromFileBeside(file));
   } else {
     return NotFoundError(model.path,
-                         " has no tokenizer (and no tokenizer.json beside it); pass "
-                         "--tokenizer FILE");
+                         " has no tokenizer (and no tokenizer.json or tokenizer.model beside "
+                         "it); pass --tokenizer FILE");
   }
   if (model_vocab > 0 && tokenizer->vocab_size() > model_vocab) {
     return InvalidArgumentError("tokenizer ", tokenizer_path.empty() ? model.path : tokenizer_path,
@@ -162,7 +222,9 @@ StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerForModel(const std::string& mo
   if (fs::is_directory(model_path, ec)) {
     // A Hugging Face / MLX model directory: its tokenizer.json, without opening the weights.
     if (!tokenizer_path.empty()) return LoadTokenizer(tokenizer_path, 0);
-    if (!TokenizerJsonBeside(model_path).empty()) return FromTokenizerJson(model_path);
+    if (const std::string file = TokenizerBeside(model_path); !file.empty()) {
+      return FromFileBeside(file);
+    }
     LOOM_ASSIGN_OR_RETURN(std::unique_ptr<model::ModelFile> m, model::OpenModel(model_path));
     return LoadTokenizerForModel(*m, tokenizer_path);
   }
@@ -172,7 +234,8 @@ StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerForModel(const std::string& mo
     LOOM_ASSIGN_OR_RETURN(base::MappedFile file, base::MappedFile::Open(model_path));
     kind = Sniff(file.bytes(), model_path, &tokenizer_error);
   }
-  if (kind == FileKind::kLlama2cTokenizer || kind == FileKind::kJson) {
+  if (kind == FileKind::kLlama2cTokenizer || kind == FileKind::kJson ||
+      kind == FileKind::kSentencePieceModel) {
     return LoadTokenizer(tokenizer_path.empty() ? model_path : tokenizer_path, 0);
   }
   if (kind == FileKind::kUnknown) return UnknownFileError(model_path, tokenizer_error);

@@ -13,6 +13,7 @@
 #include "loom/base/status.h"
 #include "loom/model/model_file.h"
 #include "loom/text/tokenizer.h"
+#include "loom/text/tokenizer_json.h"
 
 namespace loom::text {
 
@@ -21,6 +22,9 @@ namespace loom::text {
 // `source`.
 StatusOr<std::unique_ptr<Tokenizer>> TokenizerFromSpec(const model::TokenizerSpec& spec,
                                                        std::string_view source);
+
+// Builds the tokenizer a parsed tokenizer.json describes (byte-level or SentencePiece style).
+StatusOr<std::unique_ptr<Tokenizer>> TokenizerFromJson(TokenizerJson t, std::string_view source);
 
 // Loads a tokenizer file: GGUF (from its metadata), a tokenizer.json (with tokenizer_config.json,
 // config.json and generation_config.json from its directory), a directory holding a
