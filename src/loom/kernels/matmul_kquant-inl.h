@@ -201,7 +201,7 @@ HWY_INLINE void ChunkDot(const Chunk& ch, const int8_t* xq, const float* xd, con
 // shared by 4 rows), and the int32 lanes are scaled per lane in f32: lane scales come from the
 // 6-bit packed scales (Q4_K) or the group scales (MLX), the offsets (Q4_K mins, MLX biases) from
 // the activation half sums hs.  4 rows at a time, each with its own f32 accumulator, weights
-// prefetched whole rows ahead (as the Q4_0/Q8_0 decode path of matmul_quant-inl.h).
+// prefetched whole rows ahead (as the Q4_0/Q8_0 products of matmul_quant-inl.h).
 
 // Sum of the 8 lanes of v.
 HWY_INLINE float KReduce256(__m256 v) {
@@ -535,7 +535,8 @@ bool KVnniSupports(const MatrixView& w) {
 
 // The products of rows [row_begin, row_end) with n kact rows, 4 weight rows at a time; for
 // n > 1 each activation row reuses the 4 rows from L1 (only the first prefetches), activation rows
-// in chunks that stay in L2.
+// in chunks that stay in L2.  Each activation row runs the same row tile whatever n is, so an
+// output has the same bits decoded alone (n = 1) or inside a batch (as the portable path below).
 template <DType kType>
 LOOM_KERNELS_VNNI_ATTR void KVnniRows(const MatrixView& w, int64_t row_begin, int64_t row_end,
                                       const std::byte* xa, int64_t n, float* y, int64_t y_stride) {

@@ -7,15 +7,22 @@
 // f16 scales; Q4_0 nibbles need no reordering), and vpdpbusd multiplies them with the signed
 // activations, giving 16 int32 lanes, 4 per block; the lanes start from the qact correction that
 // removes the unsigned offset.
-//  - n = 1 (decode, bound by memory bandwidth): 4 rows at a time, each with its own f32
-//    accumulator (convert, scale by d_w * d_x per lane, fused multiply-add), weights prefetched
-//    a few rows ahead.
-//  - n > 1 (prefill, bound by compute): quads of 4 rows x kTileActs activation rows.  The int32
-//    lanes of the 4 rows are first summed into one vector with a lane per (block, row) using
-//    in-lane unpacks and adds, which run on the many cheap pipes, so the f32 part runs once per
-//    quad instead of once per row: it, vpdpbusd and the cross-lane permutes compete for the same
-//    two execution pipes on Zen 4/5.
-// Other targets: a portable Highway path, one block at a time with int16 multiply-adds.
+// Quads of 4 rows x up to kTileActs activation rows: the int32 lanes of the 4 rows are first
+// summed into one vector with a lane per (block, row) using in-lane unpacks and adds, which run on
+// the many cheap pipes, so the f32 part (convert, scale by d_w * d_x, fused multiply-add) runs once
+// per quad instead of once per row: it, vpdpbusd and the cross-lane permutes compete for the same
+// two execution pipes on Zen 4/5.  Weights are prefetched a few rows ahead by the first pass over
+// a quad.
+//
+// Every output is summed the same way whatever the number n of activation rows (decode, n = 1,
+// is the quad tile with one activation row): each block's exact integer sum, one f32 multiply-add
+// per block into the lane of its (block in the group, row), and the 4 block lanes added as
+// (b0 + b2) + (b1 + b3) at the end.  So a position gives the same bits decoded alone or inside a
+// batched prompt, and a continuation that prefills streamed tokens goes on with the same text.
+// (An n = 1 path with one f32 accumulator per row and per-lane multiply-adds rounded differently
+// and was measured no faster: docs/benchmarks.md.)
+// Other targets: a portable Highway path, one block at a time with int16 multiply-adds, each output
+// one dot product computed the same way for every n.
 
 #if defined(LOOM_KERNELS_MATMUL_QUANT_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef LOOM_KERNELS_MATMUL_QUANT_INL_H_
@@ -136,22 +143,17 @@ HWY_INLINE GroupBytes LoadGroup(const std::byte* p, int64_t valid) {
   return g;
 }
 
-// The scale words of the group selected by ScaleIndex (into the lanes of `mask`, zeros elsewhere,
-// if kMasked).  Q4_0 needs only table a: the one-table permute is measurably cheaper, and so is
-// the unmasked form.
-template <DType kType, bool kMasked>
-HWY_INLINE __m512i ScaleWords(const GroupBytes& g, __mmask32 mask) {
+// The scale words of the group selected by ScaleIndex.  Q4_0 needs only table a: the one-table
+// permute is measurably cheaper.
+template <DType kType>
+HWY_INLINE __m512i ScaleWords(const GroupBytes& g) {
   const __m512i idx = _mm512_load_si512(kType == DType::kQ4_0 ? kQ4Scale.data() : kQ8Scale.data());
   if constexpr (kType == DType::kQ4_0) {
-    return kMasked ? _mm512_maskz_permutexvar_epi16(mask, idx, g.a)
-                   : _mm512_permutexvar_epi16(idx, g.a);
+    return _mm512_permutexvar_epi16(idx, g.a);
   } else {
-    return kMasked ? _mm512_maskz_permutex2var_epi16(mask, g.a, idx, g.b)
-                   : _mm512_permutex2var_epi16(g.a, idx, g.b);
+    return _mm512_permutex2var_epi16(g.a, idx, g.b);
   }
 }
-
-// ---- Batched products (n > 1): quads of 4 rows, integer lane sums, one f32 step per quad.
 
 // One group of 4 weight rows, decoded.
 struct Quad {
@@ -168,11 +170,14 @@ HWY_INLINE Quad DecodeQuad(const std::byte* const* rows, int64_t g, int64_t vali
     const GroupBytes bytes = LoadGroup<kType, kTail>(rows[r] + g * kGroupBytes, valid);
     q.lo[r] = bytes.lo;
     q.hi[r] = bytes.hi;
-    row_scales[r] = ScaleWords<kType, true>(bytes, __mmask32{0x1111} << r);
+    row_scales[r] = ScaleWords<kType>(bytes);
   }
-  // Independent permutes merged with cheap ORs (a chain of merge-masked permutes is slower).
-  const __m512i scales = _mm512_or_si512(_mm512_or_si512(row_scales[0], row_scales[1]),
-                                         _mm512_or_si512(row_scales[2], row_scales[3]));
+  // Lane 4s+r from row r: independent unmasked permutes merged with blends (measured 1-2% faster
+  // in decode than zero-masked permutes merged with ORs; a chain of merge-masked permutes is
+  // slower still).
+  const __m512i s01 = _mm512_mask_blend_epi16(0x2222, row_scales[0], row_scales[1]);
+  const __m512i s23 = _mm512_mask_blend_epi16(0x8888, row_scales[2], row_scales[3]);
+  const __m512i scales = _mm512_mask_blend_epi16(0xCCCC, s01, s23);
   q.d = _mm512_cvtph_ps(_mm512_castsi512_si256(scales));
   return q;
 }
@@ -244,52 +249,6 @@ HWY_INLINE LOOM_KERNELS_VNNI_ATTR void QuadTile(const std::byte* const* rows, in
   }
 }
 
-// ---- n = 1 (decode): one f32 accumulator per row.  With a single activation row there is no f32
-// work to share between rows, and 4 independent accumulation chains overlap better with the
-// weight stream than the quad's integer lane sums (measured ~15% faster).
-
-template <DType kType, bool kTail>
-HWY_INLINE LOOM_KERNELS_VNNI_ATTR void RowStep(__m512 (&acc)[4], const std::byte* const* rows,
-                                               int64_t g, int64_t valid, const std::byte* x) {
-  constexpr int64_t kGroupBytes = 4 * QuantBlockBytes(kType);
-  GroupBytes w[4];
-  __m512 d[4];  // lane 4s+k: block s's scale
-  for (int r = 0; r < 4; ++r) {
-    w[r] = LoadGroup<kType, kTail>(rows[r] + g * kGroupBytes, valid);
-    d[r] = _mm512_cvtph_ps(_mm512_castsi512_si256(ScaleWords<kType, false>(w[r], 0)));
-  }
-  const __m512i x_lo = _mm512_load_si512(x + internal::kQActLo);
-  const __m512i x_hi = _mm512_load_si512(x + internal::kQActHi);
-  const __m512i corr = _mm512_load_si512(x + internal::kQActCorr);
-  const __m512 x_d = _mm512_load_ps(x + internal::kQActScale);
-  for (int r = 0; r < 4; ++r) {
-    __m512i sum = _mm512_dpbusd_epi32(corr, w[r].lo, x_lo);
-    sum = _mm512_dpbusd_epi32(sum, w[r].hi, x_hi);
-    acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(d[r], x_d), acc[r]);
-  }
-}
-
-// y[r] = dot(row r, the activation row) for r < rows_valid (<= 4), prefetching as QuadTile.
-template <DType kType>
-HWY_INLINE LOOM_KERNELS_VNNI_ATTR void RowTile(const std::byte* const* rows, int rows_valid,
-                                               int64_t prefetch_offset, int64_t blocks,
-                                               const std::byte* xq, float* y) {
-  constexpr int64_t kGroupBytes = 4 * QuantBlockBytes(kType);
-  __m512 acc[4];
-  for (int r = 0; r < 4; ++r) acc[r] = _mm512_setzero_ps();
-  const int64_t full = blocks / 4;
-  for (int64_t g = 0; g < full; ++g) {
-    for (int r = 0; r < 4; ++r)
-      PrefetchAhead<kGroupBytes>(rows[r] + g * kGroupBytes, prefetch_offset);
-    RowStep<kType, false>(acc, rows, g, 0, xq + g * internal::kQActGroupBytes);
-  }
-  if (blocks % 4 != 0) {
-    RowStep<kType, true>(acc, rows, full, blocks % 4 * QuantBlockBytes(kType),
-                         xq + full * internal::kQActGroupBytes);
-  }
-  for (int r = 0; r < rows_valid; ++r) y[r] = _mm512_reduce_add_ps(acc[r]);
-}
-
 // Activation rows per register tile of the batched product: 8 accumulators + the decoded quad +
 // temporaries fit the 32 vector registers (measured: 8 beats 2, 4, 6, 10, 12 and 16).
 inline constexpr int kTileActs = 8;
@@ -313,10 +272,6 @@ LOOM_KERNELS_VNNI_ATTR void QuantRows(const MatrixView& w, int64_t row_begin, in
       const std::byte* rows[4];
       for (int k = 0; k < 4; ++k)
         rows[k] = w.data + (r + std::min(k, rows_valid - 1)) * w.row_stride;
-      if (n == 1) {
-        RowTile<kType>(rows, rows_valid, prefetch_offset, blocks, xq, y + r);
-        continue;
-      }
       // Only the first pass over a quad reads it from memory; later ones hit the L1.
       int64_t prefetch = prefetch_offset;
       int64_t i = i0;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -331,6 +332,65 @@ TEST_P(MatMulTest, LeavesAreColumnSlicesAddedInATree) {
   });
 }
 
+// Row i of a product with n activation rows must be, bit for bit, the product with row i alone:
+// a continuation prefills the tokens another node decoded one at a time, and greedy decoding only
+// continues the same text if those positions get the same KV cache and logits.
+void ExpectBatchRowsEqualSingleRows(const MatrixView& w, const float* x, int64_t n,
+                                    base::ThreadPool& pool) {
+  Workspace ws;
+  std::vector<float> batch(static_cast<size_t>(n * w.rows), NAN);
+  MatMul(w, x, n, batch.data(), ws, pool);
+  std::vector<float> alone(static_cast<size_t>(w.rows), NAN);
+  for (int64_t i = 0; i < n; ++i) {
+    MatMul(w, x + i * w.cols, 1, alone.data(), ws, pool);
+    for (int64_t r = 0; r < w.rows; ++r) {
+      const float b = batch[static_cast<size_t>(i * w.rows + r)];
+      const float a = alone[static_cast<size_t>(r)];
+      uint32_t b_bits, a_bits;
+      std::memcpy(&b_bits, &b, sizeof(b));
+      std::memcpy(&a_bits, &a, sizeof(a));
+      ASSERT_EQ(b_bits, a_bits) << Traits(w.type).name << " row " << r << " of " << w.rows
+                                << ", act row " << i << " of " << n << ", cols " << w.cols
+                                << ": batched " << b << ", alone " << a;
+    }
+  }
+}
+
+TEST_P(MatMulTest, BatchRowsEqualSingleRowsBitForBit) {
+  const DType type = GetParam();
+  const int64_t block = std::max<int64_t>(32, Traits(type).block_elems);
+  // Whole groups of 4 blocks and tails of 1-3 (the AVX3_DL kernels' 128-value groups), and rows
+  // long enough that the activations span several L2 chunks (16 rows of 8192 quantized values).
+  const std::vector<int64_t> blocks_list =
+      block == 256 ? std::vector<int64_t>{1, 3, 9, 32} : std::vector<int64_t>{1, 2, 7, 13, 65, 256};
+  for (int64_t blocks : blocks_list) {
+    const int64_t cols = blocks * block;
+    for (int64_t rows : {1, 3, 4, 6, 13, 37}) {
+      if (cols >= 8192 && rows > 6) continue;
+      const TestMatrix m(type, rows, cols, static_cast<uint32_t>(rows * 1000 + cols));
+      for (int64_t n : {2, 3, 5, 8, 9, 17, 20}) {
+        if (cols >= 8192 && n < 17) continue;
+        const std::vector<float> x = RandomVector(n * cols, static_cast<uint32_t>(n * 7 + cols));
+        ForEachSimdTarget([&] {
+          for (int threads : {1, 3}) {
+            SCOPED_TRACE(std::to_string(threads) + " threads");
+            ExpectBatchRowsEqualSingleRows(m.view, x.data(), n, Pool(threads));
+            if (HasFatalFailure()) return;
+          }
+        });
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
+  // A product summed over column leaves (tensor-parallel layers).
+  const int64_t cols = 4 * std::max<int64_t>(kMinLeafCols, block);
+  TestMatrix m(type, 13, cols, 5);
+  m.view.k_leaves = KLeaves(m.view, cols);
+  ASSERT_EQ(m.view.k_leaves, 4);
+  const std::vector<float> x = RandomVector(9 * cols, 6);
+  ForEachSimdTarget([&] { ExpectBatchRowsEqualSingleRows(m.view, x.data(), 9, Pool(2)); });
+}
+
 TEST(KLeavesTest, SlicesHoldingWholeSubtreesKeepTheirLeaves) {
   const MatrixView q4{DType::kQ4_0, 8, 2048};
   EXPECT_EQ(KLeaves(q4, 2048), 4);
@@ -475,6 +535,23 @@ TEST_P(MlxMatMulTest, MatchesReferenceAndViews) {
       ExpectMatchesReference(packed.view, x.data(), n, y_view.data());
     }
   });
+}
+
+TEST_P(MlxMatMulTest, BatchRowsEqualSingleRowsBitForBit) {
+  const MlxCase c = GetParam();
+  base::ThreadPool pool(2, /*spin_microseconds=*/0);
+  for (int64_t cols : {128, 320, 384, 1408}) {
+    if (cols % c.group != 0) continue;
+    for (int64_t rows : {3, 13}) {
+      const TestMatrix m(c.type, rows, cols, static_cast<uint32_t>(rows * 7 + cols), c.group,
+                         c.scale_type);
+      for (int64_t n : {2, 5, 9}) {
+        const std::vector<float> x = RandomVector(n * cols, static_cast<uint32_t>(n + cols));
+        ForEachSimdTarget([&] { ExpectBatchRowsEqualSingleRows(m.view, x.data(), n, pool); });
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
 }
 
 std::vector<MlxCase> AllMlxCases() {
