@@ -13,19 +13,30 @@
 #include "loom/engine/generator.h"
 #include "loom/model/synth.h"
 #include "loom/model/transformer.h"
-#include "loom/serve/http_test_util.h"
+#include "loom/net/net_testing.h"
 #include "loom/text/tokenizer_loader.h"
 
 namespace loom::serve {
 namespace {
 
 using json = nlohmann::json;
-using testing::BodyOf;
-using testing::Get;
-using testing::Post;
-using testing::RawClient;
-using testing::StatusOf;
-using testing::Unchunk;
+using net::testing::BodyOf;
+using net::testing::RawClient;
+using net::testing::StatusOf;
+using net::testing::Unchunk;
+
+std::string Post(std::string_view path, std::string_view body,
+                 std::string_view extra_headers = "") {
+  return "POST " + std::string(path) +
+         " HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n" +
+         std::string(extra_headers) + "Content-Length: " + std::to_string(body.size()) +
+         "\r\n\r\n" + std::string(body);
+}
+
+std::string Get(std::string_view path, std::string_view extra_headers = "") {
+  return "GET " + std::string(path) + " HTTP/1.1\r\nHost: t\r\n" + std::string(extra_headers) +
+         "\r\n";
+}
 
 // Slows every forward pass down, so that a test can act while a completion is still running.
 class SlowForward : public model::ForwardPass {
@@ -226,8 +237,8 @@ TEST_F(ServerTest, AClientThatLeavesMidStreamFreesItsSlot) {
     RawClient c(server_->port());
     ASSERT_TRUE(c.Send(Post("/v1/completions", R"({"model": "tiny", "prompt": "Once",
         "max_tokens": 400, "ignore_eos": true, "stream": true})")));
-    const std::string first = c.ReadUntil("data: {", 10);
-    ASSERT_NE(first.find("data: {"), std::string::npos) << first;
+    std::string first;
+    ASSERT_TRUE(c.ReadUntil(&first, "data: {", 10)) << first;
     EXPECT_EQ(engine_->Stats().active, 1);
   }
   for (int i = 0; i < 200 && engine_->Stats().active != 0; ++i) {
@@ -253,7 +264,8 @@ TEST_F(ServerTest, AFullQueueAnswers503WithRetryAfter) {
       "max_tokens": 200, "ignore_eos": true, "stream": true})");
   RawClient running(server_->port());
   ASSERT_TRUE(running.Send(long_request));
-  running.ReadUntil("data: {", 10);  // holds the slot
+  std::string head;
+  ASSERT_TRUE(running.ReadUntil(&head, "data: {", 10));  // holds the slot
   RawClient waiting(server_->port());
   ASSERT_TRUE(waiting.Send(long_request));
   for (int i = 0; i < 200 && engine_->Stats().queued != 1; ++i) {
