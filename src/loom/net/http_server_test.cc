@@ -499,7 +499,7 @@ TEST_F(HttpTest, AClientThatDoesNotReadIsDroppedOnceItsOutputPilesUp) {
     state->timer = std::make_unique<boost::asio::steady_timer>(loop_.io());
     auto tick = std::make_shared<std::function<void()>>();
     *tick = [state, tick] {
-      if (state->responder->closed()) return;
+      if (!state->responder || state->responder->closed()) return;  // closed, or test over
       state->responder->Send(std::string(256 << 10, 'x'));
       state->sent += 256 << 10;
       state->timer->expires_after(std::chrono::milliseconds(1));
