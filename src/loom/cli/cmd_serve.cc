@@ -209,7 +209,8 @@ void AddServeCommand(CLI::App& app, Action* action) {
   auto o = std::make_shared<ServeOptions>();
   CLI::App* sub = app.add_subcommand(
       "serve",
-      "Serve a model over HTTP: OpenAI-compatible /v1/chat/completions, /v1/completions and "
+      "Serve a model over HTTP (HTTPS with --tls-cert/--tls-key): OpenAI-compatible "
+      "/v1/chat/completions, /v1/completions and "
       "/v1/models (streaming included), /health, /metrics, and a chat page at /");
   sub->add_option("-m,--model", o->model,
                   "Model: GGUF or llama2.c file, model directory, or a name in the cache")
@@ -267,7 +268,8 @@ void AddServeCommand(CLI::App& app, Action* action) {
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1024}, int64_t{1} << 30));
   sub->add_option("--max-connections", o->max_connections,
-                  "Connections open at once; beyond: 503 with Retry-After, then closed")
+                  "Connections open at once; beyond, a new one is closed at once (after a 503 with "
+                  "Retry-After over plain HTTP)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   AddPodFlags(*sub, o->pod);
