@@ -58,8 +58,9 @@ process.on("exit", () => {
   for (const p of running) p.kill("SIGKILL");
 });
 
-// Starts `loom serve -m model --port 0 ...args` and waits for its URL.  Returns
-// { url, base, port, stop(), stdout(), stderr() }.  Register stop() with t.after().
+// Starts `loom serve -m model --port 0 ...args` and waits for its URL (http:// or, with
+// --tls-cert, https://).  Returns { url, base, port, stop(), stdout(), stderr() }.  Register
+// stop() with t.after().
 export async function startServer(model, args = [], { timeoutMs = 30000 } = {}) {
   const proc = spawn(LOOM, ["serve", "-m", model, "--port", "0", ...args], {
     stdio: ["ignore", "pipe", "pipe"],
@@ -73,7 +74,7 @@ export async function startServer(model, args = [], { timeoutMs = 30000 } = {}) 
   const url = await new Promise((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error("server did not start:\n" + err)), timeoutMs);
     const check = () => {
-      const m = out.match(/http:\/\/127\.0\.0\.1:(\d+)\//);
+      const m = out.match(/https?:\/\/127\.0\.0\.1:(\d+)\//);
       if (m) {
         clearTimeout(timer);
         resolve(m[0]);

@@ -1,5 +1,6 @@
 // `loom serve`: an OpenAI-compatible HTTP server (chat and text completions, streaming, models,
-// health, Prometheus metrics) with continuous batching and a web chat page at /.
+// health, Prometheus metrics) with continuous batching and a web chat page at /, over plain HTTP
+// or TLS.
 #include <sys/resource.h>
 #include <CLI/CLI.hpp>
 
@@ -16,6 +17,7 @@
 #include "loom/comm/config.h"
 #include "loom/engine/batch_engine.h"
 #include "loom/engine/loaded_model.h"
+#include "loom/net/tls.h"
 #include "loom/serve/server.h"
 
 namespace loom::cli {
@@ -28,6 +30,8 @@ struct ServeOptions {
   std::string host = "127.0.0.1";
   int port = 8080;
   std::string api_key;
+  std::string tls_cert;
+  std::string tls_key;
   bool insecure = false;
   int64_t parallel = 4;
   int64_t context = 0;
@@ -38,6 +42,7 @@ struct ServeOptions {
   int64_t prefill_chunk = 64;
   double read_timeout = 10;
   int64_t max_body = 4 << 20;
+  int64_t max_connections = 1024;
   PodFlags pod;
 };
 
@@ -89,14 +94,42 @@ std::string ModelName(const ServeOptions& o) {
   return std::filesystem::path(o.model).stem().string();
 }
 
+// Beyond loopback the server needs TLS (else keys and prompts cross the network in the clear) and
+// an API key (else anyone who reaches it may use it), unless --insecure says otherwise.  Returns
+// why it refuses, "" when it does not.
+std::string WhyRefused(const ServeOptions& o) {
+  const bool tls = !o.tls_cert.empty();
+  if (IsLoopback(o.host) || o.insecure || (tls && !o.api_key.empty())) return "";
+  std::string missing;
+  if (!tls) {
+    missing += "TLS (--tls-cert FILE --tls-key FILE; without it API keys and prompts cross the "
+               "network in the clear)";
+  }
+  if (o.api_key.empty()) {
+    if (!missing.empty()) missing += " and ";
+    missing += "--api-key KEY (clients send 'Authorization: Bearer KEY'; without it anyone who "
+               "can reach the server may use it)";
+  }
+  return StrCat("refusing to listen on ", o.host,
+                ", beyond this machine, without ", missing,
+                ". Give them, or --insecure on a network you trust");
+}
+
 int RunServe(const ServeOptions& o) {
-  if (!IsLoopback(o.host) && o.api_key.empty() && !o.insecure) {
-    std::fprintf(stderr,
-                 "loom serve: binding %s exposes the server beyond this machine; give --api-key "
-                 "KEY (clients send 'Authorization: Bearer KEY') or --insecure to serve without "
-                 "one\n",
-                 o.host.c_str());
+  if (o.tls_cert.empty() != o.tls_key.empty()) {
+    std::fprintf(stderr, "loom serve: --tls-cert and --tls-key go together\n");
     return 2;
+  }
+  if (const std::string why = WhyRefused(o); !why.empty()) {
+    std::fprintf(stderr, "loom serve: %s\n", why.c_str());
+    return 2;
+  }
+  std::shared_ptr<boost::asio::ssl::context> tls;
+  if (!o.tls_cert.empty()) {
+    // Before the model loads: a wrong file fails at once.
+    auto made = net::MakeServerTls(o.tls_cert, o.tls_key);
+    if (!made.ok()) return Fail("serve", made.status());
+    tls = *made;
   }
   if (NeedsSelfLaunch(o.pod)) return SelfLaunch(o.pod, "serve");
   // Signals are taken by sigwait() below: block them before any thread starts, so that every
@@ -137,8 +170,10 @@ int RunServe(const ServeOptions& o) {
   serve::ServerOptions so;
   so.http.host = o.host;
   so.http.port = o.port;
+  so.http.tls = tls;
   so.http.read_timeout_s = o.read_timeout;
-  so.http.limits.max_body_bytes = o.max_body;
+  so.http.max_body_bytes = o.max_body;
+  so.http.max_connections = o.max_connections;
   so.api_key = o.api_key;
   so.model_id = ModelName(o);
   auto server = serve::Server::Create(so, **engine, *b.tokenizer, *b.tokenizer_spec);
@@ -149,8 +184,8 @@ int RunServe(const ServeOptions& o) {
       o.host.find(':') != std::string::npos && o.host.front() != '[' ? "[" + o.host + "]" : o.host;
   const std::string pod =
       b.pod != nullptr ? StrCat(" per rank, tp ", o.pod.tp, " x pp ", o.pod.pp) : std::string();
-  std::printf("loom serve: http://%s:%d/ (model %s, %lld slots, context %lld, %d threads%s%s)\n",
-              host.c_str(), (*server)->port(), so.model_id.c_str(),
+  std::printf("loom serve: %s://%s:%d/ (model %s, %lld slots, context %lld, %d threads%s%s)\n",
+              tls ? "https" : "http", host.c_str(), (*server)->port(), so.model_id.c_str(),
               static_cast<long long>(b.forward->n_slots()),
               static_cast<long long>(b.forward->context()), b.threads, pod.c_str(),
               o.api_key.empty() ? "" : ", API key required");
@@ -174,7 +209,8 @@ void AddServeCommand(CLI::App& app, Action* action) {
   auto o = std::make_shared<ServeOptions>();
   CLI::App* sub = app.add_subcommand(
       "serve",
-      "Serve a model over HTTP: OpenAI-compatible /v1/chat/completions, /v1/completions and "
+      "Serve a model over HTTP (HTTPS with --tls-cert/--tls-key): OpenAI-compatible "
+      "/v1/chat/completions, /v1/completions and "
       "/v1/models (streaming included), /health, /metrics, and a chat page at /");
   sub->add_option("-m,--model", o->model,
                   "Model: GGUF or llama2.c file, model directory, or a name in the cache")
@@ -185,16 +221,20 @@ void AddServeCommand(CLI::App& app, Action* action) {
   sub->add_option("--model-name", o->name,
                   "Name clients pass as \"model\" (default: the file name without extension)");
   sub->add_option("--host", o->host,
-                  "Address to listen on; anything but loopback needs --api-key or --insecure")
+                  "Address to listen on; anything but loopback needs TLS and --api-key, or "
+                  "--insecure")
       ->capture_default_str();
   sub->add_option("--port", o->port, "TCP port; 0 picks a free one (printed when ready)")
       ->capture_default_str()
       ->check(CLI::Range(0, 65535));
   sub->add_option("--api-key", o->api_key,
                   "Require 'Authorization: Bearer KEY' on /v1/* and /metrics");
+  sub->add_option("--tls-cert", o->tls_cert,
+                  "PEM certificate chain (leaf first): serve HTTPS (HTTP/1.1 over TLS 1.2+)");
+  sub->add_option("--tls-key", o->tls_key, "PEM private key of --tls-cert");
   sub->add_flag("--insecure", o->insecure,
-                "Allow a non-loopback --host without an API key (anyone who can reach it may use "
-                "it)");
+                "Allow a non-loopback --host without TLS or without an API key (on a network you "
+                "trust: others on it may read the traffic, or use the server)");
   sub->add_option("--parallel", o->parallel,
                   "Sequences generated at once (KV-cache slots); more requests wait in the queue")
       ->capture_default_str()
@@ -220,12 +260,18 @@ void AddServeCommand(CLI::App& app, Action* action) {
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{65536}));
   sub->add_option("--read-timeout", o->read_timeout,
-                  "Seconds a client may take to send a request's head, and again its body")
+                  "Seconds a client may take to send a request, head and body, from its first "
+                  "byte (slower: 408), and to finish the TLS handshake")
       ->capture_default_str()
       ->check(CLI::Range(0.1, 3600.0));
   sub->add_option("--max-body", o->max_body, "Largest request body in bytes (larger: 413)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1024}, int64_t{1} << 30));
+  sub->add_option("--max-connections", o->max_connections,
+                  "Connections open at once; beyond, a new one is closed at once (after a 503 with "
+                  "Retry-After over plain HTTP)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   AddPodFlags(*sub, o->pod);
   sub->callback([o, action] { *action = [o] { return RunServe(*o); }; });
 }

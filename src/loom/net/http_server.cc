@@ -1,6 +1,7 @@
 #include "loom/net/http_server.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <deque>
@@ -128,6 +129,11 @@ struct ServerShared {
   tcp::acceptor acceptor;
   asio::steady_timer retry;  // after a failed accept (e.g. out of file descriptors)
   bool stopping = false;
+  // Written on the loop thread, read by Stats() from any thread.
+  std::atomic<int64_t> accepted{0};
+  std::atomic<int64_t> refused{0};
+  std::atomic<int64_t> timed_out{0};
+  std::atomic<int64_t> bad_requests{0};
 };
 
 class Session;
@@ -150,21 +156,37 @@ class Exchange final : public Responder {
     }
     if (!ended_) on_close_ = std::move(f);
   }
+  void OnDone(std::function<void(bool)> f) override {
+    if (!f) return;
+    if (over_) {
+      f(!closed_);
+      return;
+    }
+    on_done_ = std::move(f);
+  }
   int64_t queued_bytes() const override;
 
   bool started() const { return started_; }
-  // The response was written: the exchange is over.
+  // The response was written (or the connection handed to a WebSocket): the exchange is over.
   void Detach() {
+    over_ = true;
     session_.reset();
     on_close_ = nullptr;
+    auto done = std::move(on_done_);
+    on_done_ = nullptr;
+    if (done) done(true);
   }
   // The connection closed first.
   void MarkClosed() {
     closed_ = true;
+    over_ = true;
     auto f = std::move(on_close_);
     on_close_ = nullptr;
+    auto done = std::move(on_done_);
+    on_done_ = nullptr;
     session_.reset();
     if (f && !ended_) f();
+    if (done) done(false);
   }
 
  private:
@@ -175,7 +197,9 @@ class Exchange final : public Responder {
   bool head_only_ = false;  // a HEAD request: the head is all
   bool ended_ = false;
   bool closed_ = false;
+  bool over_ = false;  // Detach()ed or MarkClosed()
   std::function<void()> on_close_;
+  std::function<void(bool)> on_done_;
 };
 
 // One connection: owns its transport, buffers and timer; its pending operations keep it alive.
@@ -222,6 +246,11 @@ class Session final : public internal::Tracked, public std::enable_shared_from_t
   // From the Exchange.
   void Write(std::string bytes) {
     if (closed_ || bytes.empty()) return;
+    const int64_t limit = shared_->options.max_queued_bytes;
+    if (writing_ && limit > 0 && queued_ > limit) {
+      Close();  // the client takes its output far slower than it is produced
+      return;
+    }
     queued_ += static_cast<int64_t>(bytes.size());
     out_.push_back(std::move(bytes));
     if (!writing_) Flush();
@@ -260,11 +289,17 @@ class Session final : public internal::Tracked, public std::enable_shared_from_t
   void OnTimeout() {
     switch (phase_) {
       case Phase::kReading:
+        ++shared_->timed_out;
         Fail(408, StrCat("the request did not arrive within ", shared_->options.read_timeout_s,
                          " s"));
         return;
+      case Phase::kHandshake:
+      case Phase::kIdle:
       case Phase::kHandling:  // a write the client does not take
-      default:
+        ++shared_->timed_out;
+        Close();
+        return;
+      default:  // closing or lingering: the answer was given
         Close();
         return;
     }
@@ -343,6 +378,7 @@ class Session final : public internal::Tracked, public std::enable_shared_from_t
       in_.consume(used);
       switch (reader_.state()) {
         case internal::RequestReader::State::kError:
+          ++shared_->bad_requests;
           Fail(reader_.error_status(), reader_.error_message());
           return;
         case internal::RequestReader::State::kNeedMore:
@@ -470,10 +506,9 @@ class Session final : public internal::Tracked, public std::enable_shared_from_t
     if (closed_ || phase_ == Phase::kClosing || phase_ == Phase::kLinger) return;
     phase_ = Phase::kClosing;
     keep_alive_ = false;
-    const bool plain = status == 400;
-    std::string body = plain ? std::string(message) + "\n" : ErrorJson(status, message);
-    Write(ResponseHead(status, plain ? "text/plain; charset=utf-8" : "application/json", {},
-                       static_cast<int64_t>(body.size()), false, false) +
+    std::string body = ErrorJson(status, message);
+    Write(ResponseHead(status, "application/json", {}, static_cast<int64_t>(body.size()), false,
+                       false) +
           body);
     Arm(kCloseTimeout);
     // Go on reading (and dropping) what the client still sends, so that closing does not reset
@@ -618,8 +653,10 @@ void Accept(const std::shared_ptr<ServerShared>& shared) {
     ErrorCode option_ec;
     socket.set_option(tcp::no_delay(true), option_ec);
     if (shared->registry->size() >= shared->options.max_connections) {
+      ++shared->refused;
       Refuse(*shared, std::move(socket));
     } else {
+      ++shared->accepted;
       auto transport = shared->options.tls
                            ? internal::MakeServerTlsTransport(std::move(socket),
                                                               shared->options.tls)
@@ -688,6 +725,18 @@ StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(asio::io_context& io,
 
 int64_t HttpServer::open_connections() const {
   return state_ ? state_->shared->registry->size() : 0;
+}
+
+ServerStats HttpServer::Stats() const {
+  ServerStats s;
+  if (!state_) return s;
+  const ServerShared& shared = *state_->shared;
+  s.open_connections = shared.registry->size();
+  s.accepted = shared.accepted.load(std::memory_order_relaxed);
+  s.refused = shared.refused.load(std::memory_order_relaxed);
+  s.timed_out = shared.timed_out.load(std::memory_order_relaxed);
+  s.bad_requests = shared.bad_requests.load(std::memory_order_relaxed);
+  return s;
 }
 
 void HttpServer::Stop() {

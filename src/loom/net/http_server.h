@@ -10,10 +10,13 @@
 // request's head and body must arrive within read_timeout_s of its first byte (else 408), an
 // idle keep-alive connection closes after idle_timeout_s, heads over max_header_bytes get 431,
 // bodies over max_body_bytes get 413 (Content-Length or chunked), malformed requests 400, and a
-// response the client does not read for write_timeout_s drops the connection.  Error answers
-// close the connection after a short lingering drain, so that the client reads them.  A client
-// that closes its connection while its response is pending is noticed at once (a read stays
-// pending while the response is produced) and the Responder's OnClose runs.
+// response the client does not read for write_timeout_s, or that piles up more than
+// max_queued_bytes unread, drops the connection.  Beyond max_connections a connection gets 503
+// (plain HTTP) and is closed.  The server's own error answers carry an OpenAI-shaped JSON body
+// ({"error": {"message", "type", "param", "code"}}) and close the connection after a short
+// lingering drain, so that the client reads them.  A client that closes its connection while its
+// response is pending is noticed at once (a read stays pending while the response is produced)
+// and the Responder's OnClose runs.
 #pragma once
 
 #include <cstdint>
@@ -74,6 +77,10 @@ class Responder {
   // Runs `f` once if the connection closes before the response ended (End() or Respond()); at once
   // when it already has.
   virtual void OnClose(std::function<void()> f) = 0;
+  // Runs `f` once when the exchange is over: `completed` is true when its response was written
+  // whole (or the connection became a WebSocket), false when the connection closed first (the
+  // client left, a write failed or timed out, or the server stopped).  At once when it is over.
+  virtual void OnDone(std::function<void(bool completed)> f) = 0;
   // Bytes accepted by Respond/BeginStream/Send and not yet written to the socket.
   virtual int64_t queued_bytes() const = 0;
 };
@@ -86,12 +93,24 @@ struct ServerOptions {
   double read_timeout_s = 10;           // head + body of one request (408), TLS handshake
   double idle_timeout_s = 60;           // keep-alive connection between requests: closed silently
   double write_timeout_s = 60;          // one write of a response that the client does not read
+  // Output accepted and not yet taken by the client; more: the connection is dropped.  (Checked
+  // when more is queued behind a write in progress, so one response bigger than this still goes.)
+  int64_t max_queued_bytes = 16 << 20;
   int64_t max_header_bytes = 16 << 10;  // request line + headers; bigger: 431
   int64_t max_ws_message_bytes = 8 << 20;
   double ws_ping_interval_s = 5;
   int64_t max_connections = 4096;  // HTTP and WebSocket; beyond: accepted, then closed at once
 };
 // (A timeout <= 0 disables that timeout.)
+
+// Counters since Start (readable from any thread).
+struct ServerStats {
+  int64_t open_connections = 0;  // HTTP sessions and WebSockets
+  int64_t accepted = 0;
+  int64_t refused = 0;       // over max_connections
+  int64_t timed_out = 0;     // TLS handshake, read (408), idle and write timeouts
+  int64_t bad_requests = 0;  // refused by the request parser: 400, 413, 431
+};
 
 using HttpHandler = std::function<void(Request request, std::shared_ptr<Responder> responder)>;
 
@@ -116,6 +135,7 @@ class HttpServer {
 
   int port() const { return port_; }
   int64_t open_connections() const;  // HTTP sessions and WebSockets
+  ServerStats Stats() const;         // any thread
   // Closes the listener and every connection: each pending Responder's OnClose and each
   // WebSocket's OnClose ("server stopping") run before Stop returns, and the server leaves no
   // work on the io_context.  Idempotent.  Call on the io_context's thread, or while it is not

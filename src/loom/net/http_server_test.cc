@@ -289,6 +289,8 @@ TEST_F(HttpTest, SlowClientGets408AndSilentClientIsClosed) {
   RawClient silent(port_);  // connects and sends nothing: closed without an answer
   EXPECT_EQ(silent.ReadUntilClose(), "");
   EXPECT_TRUE(silent.eof());
+  EXPECT_EQ(server_->Stats().timed_out, 3);
+  EXPECT_EQ(server_->Stats().bad_requests, 0);
 }
 
 TEST_F(HttpTest, IdleKeepAliveConnectionIsClosedSilently) {
@@ -316,14 +318,33 @@ TEST_F(HttpTest, MalformedRequestsGet400) {
            std::string("\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", 11),  // TLS hello
            "POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n5;" +
                std::string(20000, 'e'),  // an endless chunk extension
+           std::string("GET / HTTP/9.9\r\n\r\n"),
+           std::string("GET / HTTX/1.1\r\n\r\n"),
+           std::string("GET / HTTP/1.1 extra\r\n\r\n"),
+           std::string("G(T / HTTP/1.1\r\n\r\n"),
+           std::string("GET /a\x01 HTTP/1.1\r\n\r\n"),
+           std::string("GET / HTTP/1.1\r\nNoColon\r\n\r\n"),
+           std::string("GET / HTTP/1.1\r\n: x\r\n\r\n"),
+           std::string("GET / HTTP/1.1\r\nA: b\x01\r\n\r\n"),
+           std::string("POST / HTTP/1.1\r\nContent-Length: -1\r\n\r\n"),
+           std::string("POST / HTTP/1.1\r\nContent-Length: 1x\r\n\r\n"),
+           std::string("POST / HTTP/1.1\r\nContent-Length: 99999999999999999999\r\n\r\n"),
        }) {
     RawClient client(port_);
     ASSERT_TRUE(client.Send(bad));
     const std::string r = client.ReadUntilClose();
     EXPECT_EQ(r.rfind("HTTP/1.1 400", 0), 0u) << "for " << bad << " got " << r;
-    EXPECT_NE(r.find("Content-Type: text/plain"), std::string::npos);
+    // The same OpenAI-shaped error body as every other error of the server's own.
+    EXPECT_NE(r.find("Content-Type: application/json"), std::string::npos) << r;
+    EXPECT_NE(r.find("\r\n\r\n{\"error\":{\"message\":\""), std::string::npos) << r;
+    EXPECT_NE(r.find("\"code\":\"bad_request\"}}"), std::string::npos) << r;
     EXPECT_TRUE(client.eof());
   }
+  // The server goes on, and counted them.
+  RawClient good(port_);
+  ASSERT_TRUE(good.Send("GET /fine HTTP/1.1\r\nHost: t\r\n\r\n"));
+  EXPECT_NE(good.ReadResponse().find("200 OK"), std::string::npos);
+  EXPECT_EQ(server_->Stats().bad_requests, 21);
 }
 
 TEST_F(HttpTest, HugeHeaderGets431) {
@@ -382,8 +403,14 @@ TEST_F(HttpTest, ConnectionsBeyondTheLimitAreRefused) {
   RawClient second(port_);
   const std::string r = second.ReadUntilClose();
   EXPECT_EQ(r.rfind("HTTP/1.1 503", 0), 0u) << r;
+  EXPECT_NE(r.find("Retry-After: 1\r\n"), std::string::npos) << r;
+  EXPECT_NE(r.find("\"code\":\"server_busy\""), std::string::npos) << r;
   EXPECT_TRUE(second.eof());
   EXPECT_EQ(loop_.Run([&] { return server_->open_connections(); }), 1);
+  const ServerStats stats = server_->Stats();  // from this thread
+  EXPECT_EQ(stats.open_connections, 1);
+  EXPECT_EQ(stats.accepted, 1);
+  EXPECT_EQ(stats.refused, 1);
 }
 
 TEST_F(HttpTest, ClientErrorsNameTheStage) {
@@ -410,6 +437,89 @@ TEST_F(HttpTest, ClientErrorsNameTheStage) {
   ClientRequest bad_scheme;
   bad_scheme.url = *ParseUrl("ws://127.0.0.1/");
   EXPECT_EQ(Fetch(bad_scheme, nullptr).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(HttpTest, OnDoneTellsAWrittenResponseFromAnAbandonedOne) {
+  auto outcomes = std::make_shared<Shared<std::vector<std::string>>>();
+  auto kept = std::make_shared<std::shared_ptr<Responder>>();  // loop thread only
+  StartServer({}, [outcomes, kept](Request request, std::shared_ptr<Responder> responder) {
+    responder->OnDone([outcomes, path = request.path](bool completed) {
+      outcomes->Update([&](auto& v) { v.push_back(path + (completed ? " written" : " left")); });
+    });
+    if (request.path == "/whole") {
+      responder->Respond(200, "text/plain", std::string(300000, 'w'));
+      return;
+    }
+    responder->BeginStream(200, "text/event-stream");  // never ends: the client leaves
+    responder->Send("first");
+    *kept = responder;
+  });
+  RawClient whole(port_);
+  ASSERT_TRUE(whole.Send("GET /whole HTTP/1.1\r\nHost: t\r\n\r\n"));
+  const std::string body = whole.ReadResponse();
+  EXPECT_EQ(body.rfind("HTTP/1.1 200 OK\r\n", 0), 0u);
+  EXPECT_NE(body.find("\r\n\r\n" + std::string(300000, 'w')), std::string::npos);
+  ASSERT_TRUE(outcomes->WaitFor([](const auto& v) { return v.size() == 1; }));
+  RawClient stream(port_);
+  ASSERT_TRUE(stream.Send("GET /stream HTTP/1.1\r\nHost: t\r\n\r\n"));
+  std::string got;
+  ASSERT_TRUE(stream.ReadUntil(&got, "first"));
+  stream.Close();
+  ASSERT_TRUE(outcomes->WaitFor([](const auto& v) { return v.size() == 2; }));
+  EXPECT_EQ(outcomes->Get(), (std::vector<std::string>{"/whole written", "/stream left"}));
+  loop_.Run([&] {
+    // Set once it is over: runs at once with the outcome.
+    (*kept)->OnDone([outcomes](bool completed) {
+      outcomes->Update([&](auto& v) { v.push_back(completed ? "late written" : "late left"); });
+    });
+    kept->reset();
+  });
+  EXPECT_EQ(outcomes->Get().back(), "late left");
+}
+
+TEST_F(HttpTest, AClientThatDoesNotReadIsDroppedOnceItsOutputPilesUp) {
+  // The handler streams 256 KiB pieces every millisecond to a client that never reads: once
+  // the socket buffers are full, the queue grows past max_queued_bytes and the connection goes.
+  struct State {
+    std::shared_ptr<Responder> responder;
+    std::unique_ptr<boost::asio::steady_timer> timer;
+    int64_t sent = 0;
+  };
+  auto state = std::make_shared<State>();  // loop thread only
+  auto closed = std::make_shared<Shared<int64_t>>();
+  ServerOptions options;
+  options.max_queued_bytes = 1 << 20;
+  options.write_timeout_s = 60;  // not what ends it
+  StartServer(options, [this, state, closed](Request, std::shared_ptr<Responder> responder) {
+    responder->BeginStream(200, "application/octet-stream");
+    responder->OnClose([state, closed] {
+      closed->Update([&](int64_t& n) { n = state->sent; });
+    });
+    state->responder = responder;
+    state->timer = std::make_unique<boost::asio::steady_timer>(loop_.io());
+    auto tick = std::make_shared<std::function<void()>>();
+    *tick = [state, tick] {
+      if (!state->responder || state->responder->closed()) return;  // closed, or test over
+      state->responder->Send(std::string(256 << 10, 'x'));
+      state->sent += 256 << 10;
+      state->timer->expires_after(std::chrono::milliseconds(1));
+      state->timer->async_wait([tick](const boost::system::error_code& ec) {
+        if (!ec) (*tick)();
+      });
+    };
+    (*tick)();
+  });
+  RawClient idle(port_);
+  ASSERT_TRUE(idle.Send("GET / HTTP/1.1\r\nHost: t\r\n\r\n"));
+  ASSERT_TRUE(closed->WaitFor([](int64_t n) { return n > 0; }, 20));
+  // Dropped after the socket buffers filled, long before the write timeout, far below 1 GiB.
+  EXPECT_LT(closed->Get(), int64_t{1} << 30);
+  loop_.Run([&] {
+    EXPECT_TRUE(state->responder->closed());
+    state->timer->cancel();
+    state->responder.reset();
+  });
+  loop_.Run([&] { state->timer.reset(); });
 }
 
 // The parsing path on its own, fed one byte at a time.

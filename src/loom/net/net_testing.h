@@ -20,6 +20,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include <boost/asio/executor_work_guard.hpp>
@@ -155,16 +156,26 @@ class RawClient {
     }
     return true;
   }
-  // Reads one response with a Content-Length body (the head and the body).
+  // Reads one response with a Content-Length or chunked body (the head and the raw body).
   std::string ReadResponse(double seconds = 10) {
     const double deadline = base::NowSeconds() + seconds;
     while (pending_.find("\r\n\r\n") == std::string::npos) {
       if (!ReadSome(&pending_, deadline)) return Take(pending_.size());
     }
     const size_t head_end = pending_.find("\r\n\r\n") + 4;
+    const std::string head = Lower(pending_.substr(0, head_end));
+    if (head.find("transfer-encoding: chunked") != std::string::npos) {
+      // Ends with the last chunk (no trailers are sent by the servers under test).
+      for (;;) {
+        if (pending_.compare(head_end, 5, "0\r\n\r\n") == 0) return Take(head_end + 5);
+        const size_t last = pending_.find("\r\n0\r\n\r\n", head_end);
+        if (last != std::string::npos) return Take(last + 7);
+        if (!ReadSome(&pending_, deadline)) return Take(pending_.size());
+      }
+    }
     size_t length = 0;
-    const size_t cl = Lower(pending_.substr(0, head_end)).find("content-length:");
-    if (cl != std::string::npos) length = std::strtoul(pending_.c_str() + cl + 15, nullptr, 10);
+    const size_t cl = head.find("content-length:");
+    if (cl != std::string::npos) length = std::strtoul(head.c_str() + cl + 15, nullptr, 10);
     while (pending_.size() < head_end + length) {
       if (!ReadSome(&pending_, deadline)) break;
     }
@@ -208,6 +219,32 @@ class RawClient {
   bool eof_ = false;
   std::string pending_;  // read by ReadResponse beyond the response it returned
 };
+
+// The status code of a raw response ("HTTP/1.1 200 OK..." -> 200), 0 when malformed.
+inline int StatusOf(std::string_view response) {
+  if (response.size() < 12 || response.substr(0, 9) != "HTTP/1.1 ") return 0;
+  return std::atoi(std::string(response.substr(9, 3)).c_str());
+}
+
+// The body after the head (raw: a chunked body keeps its framing).
+inline std::string BodyOf(std::string_view response) {
+  const size_t p = response.find("\r\n\r\n");
+  return p == std::string_view::npos ? std::string() : std::string(response.substr(p + 4));
+}
+
+// Decodes a chunked body.
+inline std::string Unchunk(std::string_view body) {
+  std::string out;
+  while (!body.empty()) {
+    const size_t eol = body.find("\r\n");
+    if (eol == std::string_view::npos) break;
+    const size_t n = std::strtoull(std::string(body.substr(0, eol)).c_str(), nullptr, 16);
+    if (n == 0) break;
+    out.append(body.substr(eol + 2, n));
+    body.remove_prefix(std::min(body.size(), eol + 2 + n + 2));
+  }
+  return out;
+}
 
 // A port on 127.0.0.1 that nobody listens on (bound, then released).
 inline int UnusedPort() {

@@ -3,6 +3,7 @@
 // the registry of a server's live connections.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -112,16 +113,20 @@ class Tracked {
   virtual void Abort(std::string_view reason) = 0;
 };
 
-// A server's live connections (loop thread only).
+// A server's live connections (loop thread only; size() from any thread).
 class Registry {
  public:
   uint64_t Add(std::weak_ptr<Tracked> connection) {
     const uint64_t id = next_id_++;
     live_.emplace(id, std::move(connection));
+    size_.store(static_cast<int64_t>(live_.size()), std::memory_order_relaxed);
     return id;
   }
-  void Remove(uint64_t id) { live_.erase(id); }
-  int64_t size() const { return static_cast<int64_t>(live_.size()); }
+  void Remove(uint64_t id) {
+    live_.erase(id);
+    size_.store(static_cast<int64_t>(live_.size()), std::memory_order_relaxed);
+  }
+  int64_t size() const { return size_.load(std::memory_order_relaxed); }
   bool stopping() const { return stopping_; }
   // Aborts every connection; later ones are refused.
   void AbortAll(std::string_view reason) {
@@ -131,11 +136,13 @@ class Registry {
       if (auto c = weak.lock()) all.push_back(std::move(c));
     }
     live_.clear();
+    size_.store(0, std::memory_order_relaxed);
     for (auto& c : all) c->Abort(reason);
   }
 
  private:
   std::unordered_map<uint64_t, std::weak_ptr<Tracked>> live_;
+  std::atomic<int64_t> size_{0};
   uint64_t next_id_ = 1;
   bool stopping_ = false;
 };

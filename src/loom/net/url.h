@@ -1,4 +1,4 @@
-// URLs of the endpoints the network layer dials: http, https, ws and wss.
+// URLs of the endpoints the network layer dials (http, https, ws and wss), and decoding paths.
 #pragma once
 
 #include <string>
@@ -24,5 +24,8 @@ struct Url {
 // Parses "scheme://host[:port][/path][?query][#fragment]".  User info ("user@") is refused, the
 // fragment is dropped, and the target must not contain spaces or control characters.
 StatusOr<Url> ParseUrl(std::string_view url);
+
+// Decodes %XX escapes in a request path (a malformed escape is kept as it is); '+' is not special.
+std::string PercentDecode(std::string_view text);
 
 }  // namespace loom::net

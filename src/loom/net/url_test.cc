@@ -53,5 +53,13 @@ TEST(ParseUrlTest, RefusesMalformed) {
   EXPECT_NE(status.message().find("gopher"), std::string::npos);
 }
 
+TEST(PercentDecodeTest, DecodesEscapesAndKeepsMalformedOnes) {
+  EXPECT_EQ(PercentDecode("a%20b%2Fc"), "a b/c");
+  EXPECT_EQ(PercentDecode("%41%62"), "Ab");
+  EXPECT_EQ(PercentDecode("100%"), "100%");
+  EXPECT_EQ(PercentDecode("%zz%4"), "%zz%4");
+  EXPECT_EQ(PercentDecode("a+b"), "a+b");
+}
+
 }  // namespace
 }  // namespace loom::net

@@ -2,7 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "loom/serve/http_server.h"
+#include "loom/serve/exchange.h"
 
 namespace loom::serve {
 

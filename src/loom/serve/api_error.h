@@ -4,10 +4,10 @@
 
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "loom/base/status.h"
-#include "loom/serve/http_message.h"
 
 namespace loom::serve {
 
@@ -19,7 +19,7 @@ struct ApiError {
   std::string type = "invalid_request_error";  // or "server_error", "authentication_error"...
   std::string param;                           // the offending request field; "" = null
   std::string code;                            // machine-readable; "" = null
-  std::vector<HttpHeader> headers;             // e.g. Retry-After
+  std::vector<std::pair<std::string, std::string>> headers;  // (net::Headers) e.g. Retry-After
 };
 
 // 400 invalid_request_error naming `param`.

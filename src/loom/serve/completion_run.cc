@@ -1,6 +1,5 @@
 #include "loom/serve/completion_run.h"
 
-#include <atomic>
 #include <cstdio>
 #include <ctime>
 #include <nlohmann/json.hpp>
@@ -24,8 +23,12 @@ json BytesOf(std::string_view s) {
   return a;
 }
 
-// One request's state, shared by the handler (setup), the pump and the on-close callback.
-struct Run {
+// One request's state, on the io thread: set up by the handler, then advanced by the pump.  The
+// exchange's on-close callback holds it until the response is written or the client leaves; the
+// engine's notification holds it weakly.
+struct Run : public Wakeable {
+  void OnWake() override;
+
   ServeContext* ctx = nullptr;
   ApiKind kind = ApiKind::kChat;
   bool stream = false;
@@ -37,10 +40,9 @@ struct Run {
   int64_t created = 0;
   double received_at = 0;   // the request's head arrived (seconds, base::NowSeconds)
   double submitted_at = 0;  // handed to the engine, whose timings count from here
+  std::shared_ptr<Exchange> exchange;
   std::shared_ptr<engine::Completion> completion;
-  std::atomic<bool> ready{false};  // the response head is out; the pump may write
 
-  // Loop thread only.
   engine::CompletionOutput out;          // scratch for Take()
   std::string text;                      // non-streaming: the whole text
   json logprob_content = json::array();  // non-streaming chat: every token's entry
@@ -207,9 +209,9 @@ json WholeResponse(const Run& r) {
   return c;
 }
 
-// Loop thread: moves what the engine produced into the response.
+// Moves what the engine produced into the response.
 void Pump(Run& r, Exchange& ex) {
-  if (!r.ready.load(std::memory_order_acquire) || r.finished) return;
+  if (r.finished) return;
   r.out.text.clear();
   r.out.tokens.clear();
   const bool done = r.completion->Take(&r.out);
@@ -263,6 +265,10 @@ void Pump(Run& r, Exchange& ex) {
   }
 }
 
+void Run::OnWake() {
+  if (!exchange->closed()) Pump(*this, *exchange);
+}
+
 }  // namespace
 
 std::string ServeContext::NewId(std::string_view prefix) {
@@ -314,6 +320,7 @@ void RunCompletion(ServeContext& ctx, const std::shared_ptr<Exchange>& exchange,
 
   auto run = std::make_shared<Run>();
   run->ctx = &ctx;
+  run->exchange = exchange;
   run->kind = kind;
   run->stream = gen.stream;
   run->include_usage = gen.include_usage;
@@ -334,12 +341,12 @@ void RunCompletion(ServeContext& ctx, const std::shared_ptr<Exchange>& exchange,
   request.top_logprobs = gen.logprobs ? gen.top_logprobs : -1;
   request.stop_at_eog = !gen.ignore_eos;
 
-  exchange->SetPump([run](Exchange& ex) { Pump(*run, ex); });
-  std::weak_ptr<Exchange> weak = exchange;
+  // The engine's thread only queues a wake-up (no allocation there); the pump runs here, on the
+  // io thread, after this function returned: the response head is out by then.
+  const std::weak_ptr<Wakeable> weak = run;
   run->submitted_at = base::NowSeconds();
-  auto submitted = ctx.engine->Submit(std::move(request), [weak] {
-    if (auto ex = weak.lock()) ex->Wake();
-  });
+  auto submitted = ctx.engine->Submit(std::move(request),
+                                      [wakes = ctx.wakes, weak] { wakes->Wake(weak); });
   if (!submitted.ok()) {
     const bool about_prompt = submitted.status().code() == StatusCode::kOutOfRange;
     RespondError(*exchange, FromStatus(submitted.status(),
@@ -359,8 +366,6 @@ void RunCompletion(ServeContext& ctx, const std::shared_ptr<Exchange>& exchange,
       exchange->Send(SseData(first));
     }
   }
-  run->ready.store(true, std::memory_order_release);
-  exchange->Wake();
 }
 
 }  // namespace loom::serve

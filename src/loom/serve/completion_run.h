@@ -2,8 +2,9 @@
 // batch engine and answers, either with one JSON body when the completion is done or as
 // server-sent events (one `data: {chunk}` per batch of new text, a final chunk with
 // finish_reason, the usage chunk when asked for, then `data: [DONE]`).  The answer is written by a
-// pump on the HTTP loop thread that drains the completion's queue whenever the engine posts to
-// it; a client that disconnects cancels the completion, which frees its slot.
+// pump on the io thread that drains the completion's queue each time the engine's thread, having
+// posted to it, wakes the pump through the server's WakeQueue; a client that disconnects cancels
+// the completion, which frees its slot at the engine's next step.
 #pragma once
 
 #include <cstdint>
@@ -11,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "loom/serve/http_server.h"
+#include "loom/serve/exchange.h"
 #include "loom/serve/openai_request.h"
 #include "loom/serve/routes.h"
 

@@ -101,7 +101,7 @@ void Metrics::ObserveCompletion(int64_t prompt_tokens, int64_t completion_tokens
   }
 }
 
-std::string Metrics::Render(const engine::EngineStats& engine, const HttpServerStats& http) {
+std::string Metrics::Render(const engine::EngineStats& engine, const net::ServerStats& http) {
   std::string out;
   out.reserve(8192);
   {

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "loom/engine/batch_engine.h"
-#include "loom/serve/http_server.h"
+#include "loom/net/http_server.h"
 
 namespace loom::serve {
 
@@ -50,7 +50,7 @@ class Metrics {
   // A completion finished: its token counts and decode speed.
   void ObserveCompletion(int64_t prompt_tokens, int64_t completion_tokens, double decode_seconds);
 
-  std::string Render(const engine::EngineStats& engine, const HttpServerStats& http);
+  std::string Render(const engine::EngineStats& engine, const net::ServerStats& http);
 
  private:
   std::mutex mu_;

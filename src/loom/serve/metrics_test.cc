@@ -41,7 +41,7 @@ TEST(MetricsTest, RendersRequestsTokensAndEngineState) {
   e.max_queue = 64;
   e.steps = 100;
   e.generated_tokens = 300;
-  HttpServerStats h;
+  net::ServerStats h;
   h.open_connections = 9;
   const std::string out = m.Render(e, h);
   EXPECT_TRUE(Has(out, "loom_http_requests_total{route=\"/v1/chat/completions\",code=\"200\"} 2"));

@@ -23,7 +23,7 @@ bool Router::Matches(const Route& r, std::string_view path) const {
 }
 
 void Router::Handle(const std::shared_ptr<Exchange>& exchange) const {
-  const HttpRequest& req = exchange->request();
+  const net::Request& req = exchange->request();
   std::string_view path = req.path;
   if (path.size() > 1 && path.back() == '/') path.remove_suffix(1);
   const Route* found = nullptr;

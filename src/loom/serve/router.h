@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "loom/serve/http_server.h"
+#include "loom/serve/exchange.h"
 
 namespace loom::serve {
 

@@ -8,19 +8,22 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 
 #include "loom/engine/batch_engine.h"
 #include "loom/model/model_file.h"
+#include "loom/net/http_server.h"
 #include "loom/serve/metrics.h"
 #include "loom/serve/router.h"
+#include "loom/serve/wake_queue.h"
 #include "loom/text/tokenizer.h"
 
 namespace loom::serve {
 
-// What handlers need; everything here outlives the HTTP server.  Handlers read it concurrently:
-// nothing in it changes after the server starts (counters are atomic).
+// What handlers need; everything here outlives the HTTP server.  Nothing in it changes after the
+// server starts (handlers and pumps run on the io thread; the id counter is atomic all the same).
 struct ServeContext {
   engine::BatchEngine* engine = nullptr;
   const text::Tokenizer* tokenizer = nullptr;
@@ -28,7 +31,9 @@ struct ServeContext {
   std::string model_id;                                  // the name clients use
   int64_t created = 0;                                   // unix seconds, for /v1/models
   Metrics* metrics = nullptr;
-  const HttpServer* http = nullptr;  // for /metrics; set once the server exists
+  const net::HttpServer* http = nullptr;  // for /metrics; set once the server exists
+  // Brings a completion's new output from the engine's thread to the io thread.
+  std::shared_ptr<WakeQueue> wakes;
   std::atomic<uint64_t> next_id{1};
 
   // "chatcmpl-<hex>" style response ids, unique within this server run.

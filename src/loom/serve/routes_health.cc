@@ -20,7 +20,7 @@ void AddHealthRoutes(Router& router, ServeContext& ctx) {
                 j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   });
   router.Add("GET", "/metrics", /*needs_key=*/true, [&ctx](const std::shared_ptr<Exchange>& ex) {
-    const HttpServerStats http = ctx.http != nullptr ? ctx.http->Stats() : HttpServerStats{};
+    const net::ServerStats http = ctx.http != nullptr ? ctx.http->Stats() : net::ServerStats{};
     ex->Respond(200, "text/plain; version=0.0.4; charset=utf-8",
                 ctx.metrics->Render(ctx.engine->Stats(), http));
   });

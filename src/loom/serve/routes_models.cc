@@ -1,6 +1,7 @@
 // GET /v1/models and GET /v1/models/{id}: the one model this server serves.
 #include <nlohmann/json.hpp>
 
+#include "loom/net/url.h"
 #include "loom/serve/api_error.h"
 #include "loom/serve/routes.h"
 
@@ -27,7 +28,7 @@ void AddModelRoutes(Router& router, ServeContext& ctx) {
              [&ctx](const std::shared_ptr<Exchange>& ex) {
                constexpr std::string_view kPrefix = "/v1/models/";
                const std::string id =
-                   PercentDecode(std::string_view(ex->request().path).substr(kPrefix.size()));
+                   net::PercentDecode(std::string_view(ex->request().path).substr(kPrefix.size()));
                if (id != ctx.model_id) {
                  ApiError e;
                  e.status = 404;

@@ -11,7 +11,7 @@ void AddStaticRoutes(Router& router) {
     std::string path = "/";
     if (asset.name != "index.html") path.append(asset.name);
     router.Add("GET", path, /*needs_key=*/false, [&asset](const std::shared_ptr<Exchange>& ex) {
-      ex->Respond(200, asset.content_type, asset.data,
+      ex->Respond(200, asset.content_type, std::string(asset.data),
                   {{"Cache-Control", "no-cache"},
                    {"X-Content-Type-Options", "nosniff"},
                    {"Content-Security-Policy",

@@ -1,7 +1,8 @@
 // The whole server in one process over loopback sockets, on a synthetic model held in memory:
 // completions equal the single-sequence Generator's, streamed chat chunks add up to the
 // non-streamed reply, keys are checked, a client that leaves frees its slot, a full queue answers
-// 503 with Retry-After.  (tests/serve runs the real binary with the official OpenAI client.)
+// 503 with Retry-After, Stop() ends running streams, the transport's own refusals reach /metrics,
+// and the same over TLS.  (tests/serve runs the real binary with the official OpenAI client.)
 #include "loom/serve/server.h"
 
 #include <gtest/gtest.h>
@@ -13,19 +14,32 @@
 #include "loom/engine/generator.h"
 #include "loom/model/synth.h"
 #include "loom/model/transformer.h"
-#include "loom/serve/http_test_util.h"
+#include "loom/net/http_client.h"
+#include "loom/net/net_testing.h"
+#include "loom/net/tls.h"
 #include "loom/text/tokenizer_loader.h"
 
 namespace loom::serve {
 namespace {
 
 using json = nlohmann::json;
-using testing::BodyOf;
-using testing::Get;
-using testing::Post;
-using testing::RawClient;
-using testing::StatusOf;
-using testing::Unchunk;
+using net::testing::BodyOf;
+using net::testing::RawClient;
+using net::testing::StatusOf;
+using net::testing::Unchunk;
+
+std::string Post(std::string_view path, std::string_view body,
+                 std::string_view extra_headers = "") {
+  return "POST " + std::string(path) +
+         " HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n" +
+         std::string(extra_headers) + "Content-Length: " + std::to_string(body.size()) +
+         "\r\n\r\n" + std::string(body);
+}
+
+std::string Get(std::string_view path, std::string_view extra_headers = "") {
+  return "GET " + std::string(path) + " HTTP/1.1\r\nHost: t\r\n" + std::string(extra_headers) +
+         "\r\n";
+}
 
 // Slows every forward pass down, so that a test can act while a completion is still running.
 class SlowForward : public model::ForwardPass {
@@ -69,7 +83,8 @@ class ServerTest : public ::testing::Test {
     if (engine_) engine_->Stop();
   }
 
-  void StartServer(int64_t n_slots, int64_t max_queue = 8, std::string api_key = "") {
+  void StartServer(int64_t n_slots, int64_t max_queue = 8, std::string api_key = "",
+                   std::shared_ptr<boost::asio::ssl::context> tls = nullptr) {
     model::TransformerOptions t;
     t.n_slots = n_slots;
     t.max_batch = 64;
@@ -85,6 +100,7 @@ class ServerTest : public ::testing::Test {
     ServerOptions so;
     so.http.host = "127.0.0.1";
     so.http.port = 0;
+    so.http.tls = std::move(tls);
     so.model_id = "tiny";
     so.api_key = std::move(api_key);
     auto s = Server::Create(so, *engine_, *tokenizer_, file_->tokenizer);
@@ -226,8 +242,8 @@ TEST_F(ServerTest, AClientThatLeavesMidStreamFreesItsSlot) {
     RawClient c(server_->port());
     ASSERT_TRUE(c.Send(Post("/v1/completions", R"({"model": "tiny", "prompt": "Once",
         "max_tokens": 400, "ignore_eos": true, "stream": true})")));
-    const std::string first = c.ReadUntil("data: {", 10);
-    ASSERT_NE(first.find("data: {"), std::string::npos) << first;
+    std::string first;
+    ASSERT_TRUE(c.ReadUntil(&first, "data: {", 10)) << first;
     EXPECT_EQ(engine_->Stats().active, 1);
   }
   for (int i = 0; i < 200 && engine_->Stats().active != 0; ++i) {
@@ -253,7 +269,8 @@ TEST_F(ServerTest, AFullQueueAnswers503WithRetryAfter) {
       "max_tokens": 200, "ignore_eos": true, "stream": true})");
   RawClient running(server_->port());
   ASSERT_TRUE(running.Send(long_request));
-  running.ReadUntil("data: {", 10);  // holds the slot
+  std::string head;
+  ASSERT_TRUE(running.ReadUntil(&head, "data: {", 10));  // holds the slot
   RawClient waiting(server_->port());
   ASSERT_TRUE(waiting.Send(long_request));
   for (int i = 0; i < 200 && engine_->Stats().queued != 1; ++i) {
@@ -307,6 +324,73 @@ TEST_F(ServerTest, BadRequestsGetOpenAiShapedErrors) {
   }
   EXPECT_EQ(StatusOf(Ask(Get("/v1/models/tiny"))), 200);
   EXPECT_EQ(engine_->Stats().active, 0);
+}
+
+TEST_F(ServerTest, StopEndsRunningStreamsAndCancelsTheirCompletions) {
+  StartServer(1);
+  slow_->delay_ms = 20;
+  RawClient c(server_->port());
+  ASSERT_TRUE(c.Send(Post("/v1/completions", R"({"model": "tiny", "prompt": "Once",
+      "max_tokens": 400, "ignore_eos": true, "stream": true})")));
+  std::string got;
+  ASSERT_TRUE(c.ReadUntil(&got, "data: {", 10)) << got;
+  server_->Stop();
+  c.ReadUntilClose(5);
+  EXPECT_TRUE(c.eof());
+  for (int i = 0; i < 200 && engine_->Stats().active != 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(engine_->Stats().active, 0);
+  EXPECT_EQ(engine_->Stats().requests_cancelled, 1);
+  server_->Stop();  // idempotent
+}
+
+TEST_F(ServerTest, TheTransportsOwnRefusalsReachTheMetrics) {
+  StartServer(1);
+  RawClient bad(server_->port());
+  ASSERT_TRUE(bad.Send("GET / HTTP/1.1\r\nBad Header\r\n\r\n"));
+  const std::string r = bad.ReadUntilClose(5);
+  EXPECT_EQ(StatusOf(r), 400) << r;
+  EXPECT_EQ(json::parse(BodyOf(r))["error"]["code"], "bad_request");
+  EXPECT_EQ(StatusOf(Ask(Get("/nowhere"))), 404);
+  const std::string metrics = BodyOf(Ask(Get("/metrics")));
+  EXPECT_NE(metrics.find("loom_http_bad_requests_total 1\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("loom_http_requests_total{route=\"unknown\",code=\"404\"} 1\n"),
+            std::string::npos)
+      << metrics;
+}
+
+TEST_F(ServerTest, ServesStreamsOverTls) {
+  net::testing::TempDir dir;
+  const std::string cert = dir.File("cert.pem"), key = dir.File("key.pem");
+  ASSERT_TRUE(net::testing::MakeSelfSignedCert(cert, key)) << "the openssl CLI failed";
+  auto server_tls = net::MakeServerTls(cert, key);
+  ASSERT_TRUE(server_tls.ok()) << server_tls.status().ToString();
+  StartServer(2, 8, "", *server_tls);
+  auto client_tls = net::MakeClientTls(cert);
+  ASSERT_TRUE(client_tls.ok()) << client_tls.status().ToString();
+  net::ClientRequest request;
+  request.method = "POST";
+  request.url = *net::ParseUrl("https://127.0.0.1:" + std::to_string(server_->port()) +
+                               "/v1/completions");
+  request.headers = {{"Content-Type", "application/json"}};
+  request.body = R"({"model": "tiny", "prompt": "Once upon a time", "max_tokens": 12,
+      "temperature": 0, "stream": true})";
+  auto r = net::Fetch(request, *client_tls);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->status, 200);
+  const std::vector<std::string> events = Events(r->body);
+  ASSERT_GE(events.size(), 2u) << r->body;
+  EXPECT_EQ(events.back(), "[DONE]");
+  std::string text;
+  for (size_t i = 0; i + 1 < events.size(); ++i) {
+    text += json::parse(events[i])["choices"][0]["text"].get<std::string>();
+  }
+  EXPECT_EQ(text, Alone("Once upon a time", 12).text);
+  // Plain HTTP to the TLS port gets no HTTP answer.
+  RawClient plain(server_->port());
+  ASSERT_TRUE(plain.Send(Get("/health")));
+  EXPECT_EQ(plain.ReadUntilClose(5).find("HTTP/1.1"), std::string::npos);
 }
 
 }  // namespace
