@@ -104,9 +104,9 @@ describe("hub placement and failover", () => {
   });
 });
 
-// Failover on a float model: Loom's f32 products give the same bits whether a position was decoded
-// alone or in a batched prompt, so the continuation elsewhere is exact token for token (the
-// quantized kernels' decode and batched paths still round differently: docs/network.md).
+// Failover on a quantized model: Loom's products give the same bits whether a position was decoded
+// alone or in a batched prompt (Q8_0 included), so the continuation elsewhere, which prefills the
+// streamed tokens as one batch, is exact token for token.
 describe("failover mid-stream", () => {
   let hub;
   const nodes = {};
@@ -115,7 +115,7 @@ describe("failover mid-stream", () => {
 
   before(async () => {
     if (!storiesModel()) return;
-    model = await synthModel("f32", "small");
+    model = await synthModel("q8_0", "small");
     hub = await startHub();
     client = new OpenAI({ baseURL: hub.base, apiKey: await makeKey(hub.db), maxRetries: 0 });
     nodes.x = await startNode(hub, "x", [model], { args: ["--max-memory", "200M"] });
@@ -132,7 +132,7 @@ describe("failover mid-stream", () => {
     const want = await loomRun(model, "Lily wanted to", n);
     assert.ok(want.text.length > 200, "the reference run ended early: choose another prompt");
     const stream = await client.completions.create({
-      model: "small-f32", prompt: "Lily wanted to", max_tokens: n, temperature: 0, stream: true,
+      model: "small-q8_0", prompt: "Lily wanted to", max_tokens: n, temperature: 0, stream: true,
     });
     let text = "";
     let killed = null;
