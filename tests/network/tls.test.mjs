@@ -10,7 +10,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 
-import { LOOM, loomRun, requireShared, storiesModel, tmpDir } from "../serve/helpers.mjs";
+import { LOOM, loomRun, requireShared, selfSignedCert, storiesModel, tmpDir } from "../serve/helpers.mjs";
 import { hubStatus, makeKey, startHub, startNode, waitForNode } from "./helpers.mjs";
 
 const execFileP = promisify(execFile);
@@ -24,13 +24,7 @@ describe("hub over TLS", () => {
 
   before(async () => {
     if (!storiesModel()) return;
-    const dir = fs.mkdtempSync(path.join(tmpDir(), "tls-"));
-    cert = path.join(dir, "cert.pem");
-    key = path.join(dir, "key.pem");
-    await execFileP("openssl", [
-      "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-      "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
-      "-keyout", key, "-out", cert]);
+    ({ cert, key } = await selfSignedCert("tls-"));
     hub = await startHub({ args: ["--tls-cert", cert, "--tls-key", key], ca: cert });
     node = await startNode(hub, "t", [storiesModel()], {
       args: ["--max-memory", "50M", "--ca-file", cert], enrollArgs: ["--ca-file", cert],

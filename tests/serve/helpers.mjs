@@ -45,6 +45,19 @@ process.on("exit", () => {
 });
 
 // A synthetic model (written once per test file with `loom synth`); `shape` as `loom synth --shape`.
+// A self-signed certificate for localhost and 127.0.0.1 (P-256, one day), made with the openssl CLI
+// in a new temporary directory.  Returns { cert, key } (PEM file paths).
+export async function selfSignedCert(prefix = "tls-") {
+  const dir = fs.mkdtempSync(path.join(tmpDir(), prefix));
+  const cert = path.join(dir, "cert.pem");
+  const key = path.join(dir, "key.pem");
+  await execFileP("openssl", [
+    "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+    "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
+    "-keyout", key, "-out", cert]);
+  return { cert, key };
+}
+
 export async function synthModel(type = "q8_0", shape = "tiny") {
   const file = path.join(tmpDir(), `${shape}-${type}.gguf`);
   if (!fs.existsSync(file)) {

@@ -14,7 +14,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 
-import { LOOM, loomRun, startServer, synthModel, tmpDir, waitFor } from "./helpers.mjs";
+import { LOOM, loomRun, selfSignedCert, startServer, synthModel, tmpDir, waitFor } from "./helpers.mjs";
 
 const execFileP = promisify(execFile);
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -48,13 +48,7 @@ describe("loom serve over TLS", () => {
   let ca;
 
   before(async () => {
-    const dir = fs.mkdtempSync(path.join(tmpDir(), "tls-"));
-    cert = path.join(dir, "cert.pem");
-    key = path.join(dir, "key.pem");
-    await execFileP("openssl", [
-      "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-      "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
-      "-keyout", key, "-out", cert]);
+    ({ cert, key } = await selfSignedCert("tls-"));
     ca = fs.readFileSync(cert);
     model = await synthModel("q8_0");
     server = await startServer(model, ["--tls-cert", cert, "--tls-key", key, "--parallel", "2"]);
@@ -142,13 +136,7 @@ describe("listening beyond loopback", () => {
   let cert;
   let key;
   before(async () => {
-    const dir = fs.mkdtempSync(path.join(tmpDir(), "tls-rule-"));
-    cert = path.join(dir, "cert.pem");
-    key = path.join(dir, "key.pem");
-    await execFileP("openssl", [
-      "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-      "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
-      "-keyout", key, "-out", cert]);
+    ({ cert, key } = await selfSignedCert("tls-rule-"));
   });
 
   const serve = async (args) => spawnSync(LOOM, ["serve", "-m", await synthModel("q8_0"), "--port", "0", ...args],

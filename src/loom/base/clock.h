@@ -1,4 +1,4 @@
-// Monotonic time for statistics and deadlines.
+// Monotonic time for statistics and deadlines, and wall-clock time for records.
 #pragma once
 
 #include <chrono>
@@ -14,6 +14,14 @@ inline double NowSeconds() {
 inline int64_t NowMicros() {
   return std::chrono::duration_cast<std::chrono::microseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Milliseconds since the Unix epoch (the system clock: for timestamps that are stored or shown,
+// never for measuring intervals).
+inline int64_t UnixMillis() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
 

@@ -13,6 +13,7 @@
 #include <boost/asio/signal_set.hpp>
 #include <nlohmann/json.hpp>
 
+#include "loom/base/clock.h"
 #include "loom/cli/commands.h"
 #include "loom/cluster/launch_plan.h"
 #include "loom/net/http_client.h"
@@ -27,8 +28,6 @@ namespace {
 
 using json = nlohmann::json;
 namespace hub = network::hub;
-
-int64_t UnixMs() { return static_cast<int64_t>(std::time(nullptr)) * 1000; }
 
 int Fail(const Status& s) {
   std::fprintf(stderr, "loom hub: %s\n", s.ToString().c_str());
@@ -194,7 +193,7 @@ void AddHubCommand(CLI::App& app, Action* action) {
     *action = [db, name] {
       auto s = Open(*db);
       if (!s.ok()) return Fail(s.status());
-      auto a = (*s)->CreateAccount(*name, UnixMs());
+      auto a = (*s)->CreateAccount(*name, base::UnixMillis());
       if (!a.ok()) return Fail(a.status());
       std::printf("account %s created (id %lld)\n", a->name.c_str(), static_cast<long long>(a->id));
       return 0;
@@ -217,7 +216,7 @@ void AddHubCommand(CLI::App& app, Action* action) {
       if (!random.ok()) return Fail(random.status());
       const std::string secret = "loom-" + *random;
       const std::string prefix = secret.substr(0, 13);
-      auto k = (*s)->AddApiKey(a->id, network::protocol::Sha256Hex(secret), prefix, UnixMs());
+      auto k = (*s)->AddApiKey(a->id, network::protocol::Sha256Hex(secret), prefix, base::UnixMillis());
       if (!k.ok()) return Fail(k.status());
       std::printf("%s\n", secret.c_str());
       std::fprintf(stderr, "API key %s... for account %s (shown once; only its hash is kept)\n",
@@ -253,7 +252,7 @@ void AddHubCommand(CLI::App& app, Action* action) {
       if (!random.ok()) return Fail(random.status());
       const std::string t = "enroll-" + *random;
       Status r = (*s)->AddEnrollToken(network::protocol::Sha256Hex(t),
-                                      UnixMs() + static_cast<int64_t>(*ttl * 3.6e6), UnixMs());
+                                      base::UnixMillis() + static_cast<int64_t>(*ttl * 3.6e6), base::UnixMillis());
       if (!r.ok()) return Fail(r);
       std::printf("%s\n", t.c_str());
       return 0;

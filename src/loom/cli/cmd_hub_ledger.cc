@@ -10,7 +10,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "loom/base/clock.h"
 #include "loom/cli/commands.h"
+#include "loom/cli/common.h"
 #include "loom/cluster/launch_plan.h"
 #include "loom/network/ledger/credits.h"
 #include "loom/network/store/store.h"
@@ -21,13 +23,6 @@ namespace {
 using json = nlohmann::json;
 namespace ledger = network::ledger;
 namespace store = network::store;
-
-int64_t UnixMs() { return static_cast<int64_t>(std::time(nullptr)) * 1000; }
-
-int Fail(const Status& s) {
-  std::fprintf(stderr, "loom hub: %s\n", s.ToString().c_str());
-  return 1;
-}
 
 json TxJson(const store::LedgerTx& t) {
   json lines = json::array();
@@ -54,24 +49,24 @@ void AddDb(CLI::App* c, std::string* db) {
 
 int Credit(const LedgerFlags& f) {
   auto amount = ledger::ParseCredits(f.amount);
-  if (!amount.ok()) return Fail(amount.status());
-  if (*amount == 0) return Fail(InvalidArgumentError("the amount must be more than 0"));
+  if (!amount.ok()) return Fail("hub", amount.status());
+  if (*amount == 0) return Fail("hub", InvalidArgumentError("the amount must be more than 0"));
   auto s = store::OpenStore(f.db);
-  if (!s.ok()) return Fail(s.status());
+  if (!s.ok()) return Fail("hub", s.status());
   auto account = (*s)->FindAccount(f.name);
-  if (!account.ok()) return Fail(account.status());
+  if (!account.ok()) return Fail("hub", account.status());
   auto random = cluster::RandomHex(8);
-  if (!random.ok()) return Fail(random.status());
+  if (!random.ok()) return Fail("hub", random.status());
   store::LedgerTx grant;
   grant.kind = "grant";
   grant.ref = "grant-" + *random;
-  grant.at_ms = UnixMs();
+  grant.at_ms = base::UnixMillis();
   grant.memo = f.memo.empty() ? "credited by an operator of the hub" : f.memo;
   grant.lines = {{"issued", -*amount, ""}, {ledger::ConsumerBook(account->id), *amount, ""}};
   auto id = (*s)->Post(grant);
-  if (!id.ok()) return Fail(id.status());
+  if (!id.ok()) return Fail("hub", id.status());
   auto balance = (*s)->Balance(ledger::ConsumerBook(account->id));
-  if (!balance.ok()) return Fail(balance.status());
+  if (!balance.ok()) return Fail("hub", balance.status());
   std::printf("credited %s to %s (transaction %lld); balance %s\n",
               ledger::FormatCredits(*amount).c_str(), account->name.c_str(),
               static_cast<long long>(*id), ledger::FormatCredits(*balance).c_str());
@@ -80,19 +75,19 @@ int Credit(const LedgerFlags& f) {
 
 int Show(const LedgerFlags& f) {
   auto s = store::OpenStore(f.db);
-  if (!s.ok()) return Fail(s.status());
+  if (!s.ok()) return Fail("hub", s.status());
   auto account = (*s)->FindAccount(f.name);
-  if (!account.ok()) return Fail(account.status());
+  if (!account.ok()) return Fail("hub", account.status());
   const std::string available = ledger::ConsumerBook(account->id);
   const std::string held = ledger::HeldBook(account->id);
   auto a = (*s)->Balance(available);
   auto h = (*s)->Balance(held);
-  if (!a.ok()) return Fail(a.status());
-  if (!h.ok()) return Fail(h.status());
+  if (!a.ok()) return Fail("hub", a.status());
+  if (!h.ok()) return Fail("hub", h.status());
   auto history = (*s)->BookHistory(available, f.lines);
-  if (!history.ok()) return Fail(history.status());
+  if (!history.ok()) return Fail("hub", history.status());
   auto holds = (*s)->BookHistory(held, f.lines);
-  if (!holds.ok()) return Fail(holds.status());
+  if (!holds.ok()) return Fail("hub", holds.status());
   if (f.json) {
     json lines = json::array(), hold_lines = json::array();
     for (const auto& t : *history) lines.push_back(TxJson(t));
@@ -126,11 +121,11 @@ int Show(const LedgerFlags& f) {
 // Any book, e.g. an operator's pending:<node id> and available:<node id>.
 int ShowBook(const LedgerFlags& f) {
   auto s = store::OpenStore(f.db);
-  if (!s.ok()) return Fail(s.status());
+  if (!s.ok()) return Fail("hub", s.status());
   auto balance = (*s)->Balance(f.name);
-  if (!balance.ok()) return Fail(balance.status());
+  if (!balance.ok()) return Fail("hub", balance.status());
   auto history = (*s)->BookHistory(f.name, f.lines);
-  if (!history.ok()) return Fail(history.status());
+  if (!history.ok()) return Fail("hub", history.status());
   if (f.json) {
     json lines = json::array();
     for (const auto& t : *history) lines.push_back(TxJson(t));
@@ -157,13 +152,13 @@ int ShowBook(const LedgerFlags& f) {
 
 int Check(const LedgerFlags& f) {
   auto s = store::OpenStore(f.db);
-  if (!s.ok()) return Fail(s.status());
+  if (!s.ok()) return Fail("hub", s.status());
   auto problems = (*s)->CheckLedger();
-  if (!problems.ok()) return Fail(problems.status());
+  if (!problems.ok()) return Fail("hub", problems.status());
   auto issued = (*s)->Balance("issued");
   auto fee = (*s)->Balance("fee");
-  if (!issued.ok()) return Fail(issued.status());
-  if (!fee.ok()) return Fail(fee.status());
+  if (!issued.ok()) return Fail("hub", issued.status());
+  if (!fee.ok()) return Fail("hub", fee.status());
   if (f.json) {
     std::printf("%s\n", json{{"sound", problems->empty()},
                              {"problems", *problems},

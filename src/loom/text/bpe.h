@@ -31,17 +31,9 @@ namespace loom::text {
 
 // What a TokenizerSpec (the GGUF view) does not say: how text is split, and the details a
 // tokenizer.json / tokenizer_config.json / config.json add.
-struct BpeOptions {
+struct BpeOptions : AddedTokenOptions {
   PreTokenizerConfig pre;
   bool ignore_merges = false;
-  std::vector<int32_t> lstrip_ids;  // added tokens that swallow the whitespace before them
-  std::vector<int32_t> rstrip_ids;  // ... after them
-  std::vector<int32_t> eog_ids;     // end of generation beside eos (config.json eos_token_id list)
-  // The texts a chat template's bos_token / eos_token stand for (tokenizer_config.json); when not
-  // set, the spellings of bos_id / eos_id.
-  bool has_chat_tokens = false;
-  std::string chat_bos_token;
-  std::string chat_eos_token;
 };
 
 // The options for a GGUF tokenizer.ggml.pre name ("llama-bpe", "qwen2", "gpt-2", "tekken",

@@ -62,7 +62,7 @@ enum class PrependScheme : uint8_t {
 };
 
 // What a TokenizerSpec (the GGUF view) does not say; the defaults are GGUF's behaviour.
-struct SentencePieceOptions {
+struct SentencePieceOptions : AddedTokenOptions {
   PrependScheme prepend = PrependScheme::kAlways;  // with spec.add_space_prefix false: never
   // Metaspace pre-tokenizer: no dummy prefix for a run that already starts with a space.
   bool prepend_unless_space = false;
@@ -71,14 +71,6 @@ struct SentencePieceOptions {
   // Decoders that strip the leading space of a stream's first piece (Strip, Metaspace) do it at
   // the start of a stream too, not only after BOS.
   bool strip_space_at_start = false;
-  std::vector<int32_t> lstrip_ids;  // added tokens that swallow the whitespace before them
-  std::vector<int32_t> rstrip_ids;  // ... after them
-  std::vector<int32_t> eog_ids;     // end of generation beside eos (config.json eos_token_id list)
-  // The texts a chat template's bos_token / eos_token stand for; when not set, the spellings of
-  // bos_id / eos_id.
-  bool has_chat_tokens = false;
-  std::string chat_bos_token;
-  std::string chat_eos_token;
 };
 
 class SentencePieceTokenizer final : public Tokenizer {

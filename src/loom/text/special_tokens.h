@@ -14,6 +14,19 @@
 
 namespace loom::text {
 
+// What tokenizer.json / tokenizer_config.json / config.json say about added and special tokens,
+// whichever model they go with (BpeOptions and SentencePieceOptions both carry it).
+struct AddedTokenOptions {
+  std::vector<int32_t> lstrip_ids;  // added tokens that swallow the whitespace before them
+  std::vector<int32_t> rstrip_ids;  // ... after them
+  std::vector<int32_t> eog_ids;     // end of generation beside eos (config.json eos_token_id list)
+  // The texts a chat template's bos_token / eos_token stand for (tokenizer_config.json); when not
+  // set, the spellings of bos_id / eos_id.
+  bool has_chat_tokens = false;
+  std::string chat_bos_token;
+  std::string chat_eos_token;
+};
+
 class SpecialTokenMatcher {
  public:
   struct Token {

@@ -103,15 +103,10 @@ StatusOr<std::unique_ptr<Tokenizer>> FromFileBeside(const std::string& file) {
 
 StatusOr<std::unique_ptr<Tokenizer>> TokenizerFromJson(TokenizerJson t, std::string_view source) {
   if (t.spec.model == "llama") {
-    SentencePieceOptions& sp = t.sp;
-    sp.lstrip_ids = t.options.lstrip_ids;
-    sp.rstrip_ids = t.options.rstrip_ids;
-    sp.eog_ids = t.options.eog_ids;
-    sp.has_chat_tokens = t.options.has_chat_tokens;
-    sp.chat_bos_token = t.options.chat_bos_token;
-    sp.chat_eos_token = t.options.chat_eos_token;
+    // The added-token facts were read into t.options; the SentencePiece options take them over.
+    static_cast<AddedTokenOptions&>(t.sp) = std::move(static_cast<AddedTokenOptions&>(t.options));
     LOOM_ASSIGN_OR_RETURN(std::unique_ptr<SentencePieceTokenizer> spm,
-                          SentencePieceTokenizer::Create(t.spec, source, sp));
+                          SentencePieceTokenizer::Create(t.spec, source, t.sp));
     return std::unique_ptr<Tokenizer>(std::move(spm));
   }
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<BpeTokenizer> bpe,

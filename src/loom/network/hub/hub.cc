@@ -16,12 +16,6 @@
 
 namespace loom::network::hub {
 
-int64_t NowUnixMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 void LogError(const Status& s) {
   if (!s.ok()) std::fprintf(stderr, "hub: %s\n", s.ToString().c_str());
 }
@@ -67,7 +61,7 @@ Hub::Impl::~Impl() {
 
 Status Hub::Impl::Listen() {
   StatusOr<int64_t> ended = store_->FailUnfinishedJobs(
-      "the hub restarted while this job ran; it was not completed", NowUnixMs());
+      "the hub restarted while this job ran; it was not completed", base::UnixMillis());
   if (!ended.ok()) return ended.status();
   if (*ended > 0) {
     std::fprintf(stderr, "hub: %lld job(s) interrupted by the last stop are marked failed\n",
@@ -140,7 +134,7 @@ void Hub::Impl::Tick() {
   // Operators' credits settled longer ago than the verification window become available.
   if (now - last_release_ >= 10) {
     last_release_ = now;
-    const int64_t now_ms = NowUnixMs();
+    const int64_t now_ms = base::UnixMillis();
     auto released = store_->ReleasePending(
         now_ms - static_cast<int64_t>(options_.verify_window_s * 1000), now_ms, released_through_,
         1000);

@@ -210,7 +210,6 @@ class Hub::Impl {
   int64_t jobs_completed_ = 0, jobs_failed_ = 0, failovers_ = 0;
 };
 
-int64_t NowUnixMs();
 // Store writes the hub cannot undo are logged and the work goes on (the consumer is served).
 void LogError(const Status& s);
 std::string ErrorBody(const std::string& message, const std::string& type,

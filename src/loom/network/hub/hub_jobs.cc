@@ -57,31 +57,30 @@ json Usage(const Job& job, int64_t prompt_tokens) {
               {"total_tokens", prompt_tokens + completion}};
 }
 
+// The bytes of the prompt's text, with 16 for each chat message's template.
+int64_t PromptBytes(bool chat, const serve::ChatParams& chat_params,
+                    const serve::CompletionParams& completion) {
+  if (!chat) return static_cast<int64_t>(completion.prompt_text.size());
+  int64_t bytes = 0;
+  for (const auto& m : chat_params.messages) bytes += static_cast<int64_t>(m.content.size()) + 16;
+  return bytes;
+}
+
 // Tokens the prompt will roughly take, for placement only (the hub holds no tokenizer): about four
-// bytes of text a token, plus a few for each chat message's template.  Token-id prompts are exact.
-// An estimate may be off either way; the node that runs the request checks the exact count.
+// bytes of text a token.  Token-id prompts are exact.  An estimate may be off either way; the node
+// that runs the request checks the exact count.
 int64_t EstimatePromptTokens(bool chat, const serve::ChatParams& chat_params,
                              const serve::CompletionParams& completion) {
-  if (chat) {
-    int64_t bytes = 0;
-    for (const auto& m : chat_params.messages) bytes += static_cast<int64_t>(m.content.size()) + 16;
-    return bytes / 4 + 1;
-  }
-  if (completion.prompt_is_ids) return static_cast<int64_t>(completion.prompt_ids.size());
-  return static_cast<int64_t>(completion.prompt_text.size()) / 4 + 1;
+  if (!chat && completion.prompt_is_ids) return static_cast<int64_t>(completion.prompt_ids.size());
+  return PromptBytes(chat, chat_params, completion) / 4 + 1;
 }
 
 // An upper bound on the prompt's tokens, for the reservation: a token is at least one byte of
-// text, plus room for the chat template and special tokens.  Token-id prompts are exact.
+// text, plus room for special tokens.  Token-id prompts are exact.
 int64_t PromptTokensBound(bool chat, const serve::ChatParams& chat_params,
                           const serve::CompletionParams& completion) {
-  if (chat) {
-    int64_t bytes = 0;
-    for (const auto& m : chat_params.messages) bytes += static_cast<int64_t>(m.content.size()) + 16;
-    return bytes + 16;
-  }
-  if (completion.prompt_is_ids) return static_cast<int64_t>(completion.prompt_ids.size());
-  return static_cast<int64_t>(completion.prompt_text.size()) + 8;
+  if (!chat && completion.prompt_is_ids) return static_cast<int64_t>(completion.prompt_ids.size());
+  return PromptBytes(chat, chat_params, completion) + (chat ? 16 : 8);
 }
 
 }  // namespace
@@ -187,7 +186,7 @@ void Hub::Impl::OnCompletion(bool chat, const net::Request& request,
         gen.max_tokens ? *gen.max_tokens : (context > 0 ? context : int64_t{4096});
     job->reserved = std::max<int64_t>(
         1, ledger::Cost(price, PromptTokensBound(chat, chat_params, completion), completion_bound));
-    reserve = ledger::ReserveTx(job->id, account_id, job->reserved, NowUnixMs());
+    reserve = ledger::ReserveTx(job->id, account_id, job->reserved, base::UnixMillis());
   }
 
   // Written before anything is acknowledged: a hub that dies from here on still has the job.
@@ -196,7 +195,7 @@ void Hub::Impl::OnCompletion(bool chat, const net::Request& request,
   record.account_id = account_id;
   record.model = job->model;
   record.endpoint = chat ? "chat" : "completion";
-  record.created_ms = NowUnixMs();
+  record.created_ms = base::UnixMillis();
   Status created = store_->CreateJob(record, reserve ? &*reserve : nullptr);
   if (created.code() == StatusCode::kResourceExhausted) {
     StatusOr<int64_t> has = store_->Balance(ledger::ConsumerBook(account_id));
@@ -246,7 +245,7 @@ void Hub::Impl::TryPlace(Job& job) {
     rec["fleet_size"] = static_cast<int64_t>(fleet_.size());
     rec["job_id"] = job.id;
     rec["attempt"] = job.attempts + 1;
-    rec["at_unix_ms"] = NowUnixMs();
+    rec["at_unix_ms"] = base::UnixMillis();
     rec["request"] = json{{"model", pr.model}, {"prompt_tokens_estimate", pr.prompt_tokens},
                           {"max_tokens", pr.max_tokens}, {"exclude", pr.exclude}};
     decisions_.push_back(std::move(rec));
@@ -345,7 +344,7 @@ void Hub::Impl::StartAttempt(Job& job, NodeConn& node, const placement::Decision
     rec.job_id = job.id;
     rec.node_id = node.node_id;
     rec.number = job.attempts;
-    rec.started_ms = NowUnixMs();
+    rec.started_ms = base::UnixMillis();
     LogError(store_->AddAttempt(rec));
   }
   node.attempts.insert(job.attempt_id);
@@ -527,9 +526,9 @@ void Hub::Impl::EndJob(Job& job, store::JobState state, const std::string& finis
   if (job.reserved > 0) {
     settle = ledger::SettleTx(job.id, job.account_id, job.reserved,
                               options_.pricing.For(job.model), prompt_tokens, job.work,
-                              options_.pricing.operator_share_bp, NowUnixMs());
+                              options_.pricing.operator_share_bp, base::UnixMillis());
   }
-  LogError(store_->FinishJob(job.id, state, NowUnixMs(), prompt_tokens,
+  LogError(store_->FinishJob(job.id, state, base::UnixMillis(), prompt_tokens,
                             static_cast<int64_t>(job.generated.size()), finish_reason, error,
                             settle ? &*settle : nullptr));
   if (state == store::JobState::kCompleted) {
@@ -565,7 +564,7 @@ void Hub::Impl::CancelJob(const std::string& job_id) {
 
 void Hub::Impl::RecordAttemptEnd(Job& job, store::AttemptState state,
                                   const std::string& error) {
-  const int64_t now_ms = NowUnixMs();
+  const int64_t now_ms = base::UnixMillis();
   job.work.push_back({job.attempt_id, job.node_id, job.attempt_tokens});
   // The first token's time, moved from the monotonic clock onto the store's wall clock.
   const int64_t first_ms =

@@ -23,12 +23,6 @@ constexpr double kLoadWaitS = 300;   // a load_model not seen done by then may b
 constexpr double kUnloadWaitS = 30;  // ...an unload_model
 constexpr size_t kMaxModelActions = 256;
 
-// What a node sets aside for a loaded model: its weights and a KV cache of the whole context for
-// every slot (as the node agent counts it).
-int64_t Footprint(const protocol::ModelInfo& m, int32_t slots) {
-  return m.weight_bytes + int64_t{slots} * m.context * m.kv_bytes_per_token;
-}
-
 const protocol::ModelInfo* HeldModel(const NodeConn& c, const std::string& model) {
   for (const protocol::ModelInfo& m : c.models) {
     if (m.name == model) return &m;
@@ -59,7 +53,7 @@ void Hub::Impl::SendResidency(NodeConn& c, const std::string& model, bool load, 
   const char* action = load ? "load_model" : "unload_model";
   std::fprintf(stderr, "hub: %s %s on %s: %s\n", action, model.c_str(), c.node_id.c_str(),
                why.c_str());
-  model_actions_.push_back(json{{"at_unix_ms", NowUnixMs()},
+  model_actions_.push_back(json{{"at_unix_ms", base::UnixMillis()},
                                 {"node_id", c.node_id},
                                 {"action", action},
                                 {"model", model},
@@ -133,7 +127,7 @@ void Hub::Impl::ManageModels(double now) {
         const protocol::ModelInfo* info = HeldModel(*c, m);
         const placement::Target& t = fleet_[static_cast<size_t>(c->fleet_index)];
         if (!info || IsLoaded(*c, m) || t.running >= t.max_concurrency ||
-            Footprint(*info, t.max_concurrency) > t.mem_free_bytes) {
+            protocol::LoadedFootprint(*info, t.max_concurrency) > t.mem_free_bytes) {
           continue;
         }
         // The hub's own measurement of this model there, else the node's memory bandwidth.
@@ -163,7 +157,11 @@ bool Hub::Impl::MakeRoom(const Job& job, int64_t positions, double now) {
   };
   Plan best;
   const double reserve = std::clamp(tuning_.memory_reserve_fraction, 0.0, 0.9);
-  for (size_t i = 0; i < fleet_.size(); ++i) {
+  IndexModels();
+  auto holders = holders_.find(model);
+  if (holders == holders_.end()) return false;
+  for (const int32_t index : holders->second) {
+    const size_t i = static_cast<size_t>(index);
     NodeConn& c = *conns_.at(fleet_conn_[i]);
     const placement::Target& t = fleet_[i];
     const protocol::ModelInfo* info = HeldModel(c, model);
@@ -176,7 +174,7 @@ bool Hub::Impl::MakeRoom(const Job& job, int64_t positions, double now) {
     // Room already being made here: wait for the node's heartbeat.
     if (!c.unload_sent.empty()) return true;
     const int64_t need = static_cast<int64_t>(
-        static_cast<double>(Footprint(*info, t.max_concurrency)) / (1 - reserve));
+        static_cast<double>(protocol::LoadedFootprint(*info, t.max_concurrency)) / (1 - reserve));
     // Idle models (running nothing here), least recently used first.
     std::set<std::string> running;
     for (const std::string& a : c.attempts) {
@@ -196,7 +194,7 @@ bool Hub::Impl::MakeRoom(const Job& job, int64_t positions, double now) {
     int64_t free = t.mem_free_bytes;
     for (const auto& [at, x] : idle) {
       if (free >= need) break;
-      const int64_t bytes = Footprint(*x, t.max_concurrency);
+      const int64_t bytes = protocol::LoadedFootprint(*x, t.max_concurrency);
       free += bytes;
       p.evict_bytes += bytes;
       p.evict.push_back(x->name);

@@ -164,7 +164,7 @@ void Hub::Impl::HandleRegister(NodeConn& c, const protocol::Register& f) {
   c.phase = NodeConn::Phase::kReady;
   ready_[c.node_id] = c.conn_id;
   UpdateFleet(c);
-  LogError(store_->TouchNode(c.node_id, NowUnixMs()));
+  LogError(store_->TouchNode(c.node_id, base::UnixMillis()));
   protocol::Welcome w;
   w.node_id = c.node_id;
   w.heartbeat_ms = static_cast<int32_t>(options_.heartbeat_s * 1000);
@@ -332,7 +332,7 @@ void Hub::Impl::Enroll(const net::Request& request,
   }
   const std::string node_id = "node-" + protocol::Sha256Hex(*raw).substr(0, 16);
   StatusOr<bool> used = store_->UseEnrollToken(
-      protocol::Sha256Hex(body["token"].get_ref<const std::string&>()), node_id, NowUnixMs());
+      protocol::Sha256Hex(body["token"].get_ref<const std::string&>()), node_id, base::UnixMillis());
   if (!used.ok()) return bad(500, used.status().message(), "hub_error");
   if (!*used) {
     return bad(401, "the enrolment token is unknown, used or expired (make one with `loom hub "
@@ -342,7 +342,7 @@ void Hub::Impl::Enroll(const net::Request& request,
   node.node_id = node_id;
   node.name = name;
   node.public_key = key;
-  node.enrolled_ms = NowUnixMs();
+  node.enrolled_ms = base::UnixMillis();
   Status added = store_->AddNode(node);
   if (!added.ok()) {
     return bad(added.code() == StatusCode::kFailedPrecondition ? 409 : 500, added.message(),

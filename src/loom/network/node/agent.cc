@@ -147,7 +147,7 @@ class Agent::Impl {
   void OnUnloadModel(const std::string& name);
   void Unload(const std::string& name);
   int64_t Footprint(const LocalModel& m) const {
-    return m.info.weight_bytes + options_.serve.parallel * m.info.context * m.info.kv_bytes_per_token;
+    return protocol::LoadedFootprint(m.info, options_.serve.parallel);
   }
   void Heartbeat();
   std::vector<protocol::ModelInfo> ModelInfos() const;

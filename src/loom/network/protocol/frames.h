@@ -70,6 +70,13 @@ struct ModelInfo {
   bool operator==(const ModelInfo&) const = default;
 };
 
+// What a node sets aside for a loaded model with `slots` concurrent requests: its weights and a KV
+// cache of the whole context for every slot.  The node loads only what this fits in; the hub uses
+// the same figure when it decides which models to unload to make room.
+inline int64_t LoadedFootprint(const ModelInfo& m, int32_t slots) {
+  return m.weight_bytes + int64_t{slots} * m.context * m.kv_bytes_per_token;
+}
+
 struct NodeFacts {
   int64_t mem_total_bytes = 0;
   int64_t mem_free_bytes = 0;     // <= mem_total_bytes

@@ -1,6 +1,6 @@
 #include "loom/network/store/schema.h"
 
-#include <chrono>
+#include "loom/base/clock.h"
 
 namespace loom::network::store {
 namespace {
@@ -107,12 +107,6 @@ constexpr std::string_view kCreateVersionTable =
     " description TEXT NOT NULL,"
     " applied_ms BIGINT NOT NULL)";
 
-int64_t WallClockMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 // Applies the next migration `conn`'s database lacks; sets *done when there is none.
 Status MigrateOnce(SqlConnection& conn, std::span<const Migration> migrations, bool* done) {
   Transaction tx(conn);
@@ -139,7 +133,7 @@ Status MigrateOnce(SqlConnection& conn, std::span<const Migration> migrations, b
     auto r = ExecPlain(conn, StatementFor(m.statements[i], conn.dialect()));
     if (!r.ok()) return r.status().WithContext(StrCat(context, ": statement ", i + 1));
   }
-  const SqlParam params[] = {number, m.description, WallClockMs()};
+  const SqlParam params[] = {number, m.description, base::UnixMillis()};
   auto r = conn.Exec(
       "INSERT INTO schema_version (version, description, applied_ms) VALUES ($1, $2, $3)", params);
   if (!r.ok()) return r.status().WithContext(StrCat(context, ": record version"));
