@@ -270,6 +270,7 @@ class Session final : public internal::Tracked, public std::enable_shared_from_t
  private:
   void Arm(double seconds) {
     ++timer_generation_;
+    write_watched_ = false;
     if (seconds <= 0) {
       timer_.cancel();
       return;
@@ -283,7 +284,18 @@ class Session final : public internal::Tracked, public std::enable_shared_from_t
   }
   void Disarm() {
     ++timer_generation_;
+    write_watched_ = false;
     timer_.cancel();
+  }
+
+  // While a response is written the timer watches the writes lazily: armed once, when it fires it
+  // checks whether the write in flight has taken longer than write_timeout_s (and re-arms for the
+  // rest), so that a stream of small writes costs no timer operations (each would be syscalls).
+  void WatchWrite() {
+    write_started_ = base::NowSeconds();
+    if (write_watched_ || shared_->options.write_timeout_s <= 0) return;
+    Arm(shared_->options.write_timeout_s);
+    write_watched_ = true;
   }
 
   void OnTimeout() {
@@ -293,9 +305,21 @@ class Session final : public internal::Tracked, public std::enable_shared_from_t
         Fail(408, StrCat("the request did not arrive within ", shared_->options.read_timeout_s,
                          " s"));
         return;
+      case Phase::kHandling: {  // the write watch
+        if (!writing_) return;  // between writes: the next one arms it again
+        const double left =
+            write_started_ + shared_->options.write_timeout_s - base::NowSeconds();
+        if (left > 0) {
+          Arm(left);
+          write_watched_ = true;
+          return;
+        }
+        ++shared_->timed_out;  // a write the client does not take
+        Close();
+        return;
+      }
       case Phase::kHandshake:
       case Phase::kIdle:
-      case Phase::kHandling:  // a write the client does not take
         ++shared_->timed_out;
         Close();
         return;
@@ -459,7 +483,7 @@ class Session final : public internal::Tracked, public std::enable_shared_from_t
     std::vector<asio::const_buffer> buffers;
     buffers.reserve(in_flight_.size());
     for (const auto& s : in_flight_) buffers.emplace_back(s.data(), s.size());
-    if (phase_ == Phase::kHandling) Arm(shared_->options.write_timeout_s);
+    if (phase_ == Phase::kHandling) WatchWrite();
     transport_->AsyncWrite(std::move(buffers),
                            [self = shared_from_this()](const ErrorCode& ec, size_t) {
                              self->OnWrite(ec);
@@ -480,7 +504,6 @@ class Session final : public internal::Tracked, public std::enable_shared_from_t
       return;
     }
     if (phase_ == Phase::kHandling) {
-      Disarm();
       if (response_ended_) ResponseDone();
     } else if (phase_ == Phase::kClosing) {
       Linger();
@@ -550,6 +573,8 @@ class Session final : public internal::Tracked, public std::enable_shared_from_t
   uint64_t id_ = 0;
   asio::steady_timer timer_;
   uint64_t timer_generation_ = 0;
+  bool write_watched_ = false;  // the timer watches writes (kHandling)
+  double write_started_ = 0;    // base::NowSeconds() when the write in flight began
   internal::RequestReader reader_;
   std::vector<char> read_buffer_;   // (kReadChunk) one read's bytes
   boost::beast::flat_buffer in_;    // bytes read and not parsed yet

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <boost/asio/steady_timer.hpp>
 
 #include "loom/net/http_client.h"
@@ -15,6 +17,8 @@ namespace {
 using testing::LoopThread;
 using testing::RawClient;
 using testing::Shared;
+using testing::BodyOf;
+using testing::Unchunk;
 
 // Answers "METHOD path query x-test body" as text.
 void Echo(Request request, std::shared_ptr<Responder> responder) {
@@ -520,6 +524,63 @@ TEST_F(HttpTest, AClientThatDoesNotReadIsDroppedOnceItsOutputPilesUp) {
     state->responder.reset();
   });
   loop_.Run([&] { state->timer.reset(); });
+}
+
+// Sends "piece;" every 100 ms, 15 times, then ends the response.
+struct SlowStream {
+  std::shared_ptr<Responder> responder;
+  std::unique_ptr<boost::asio::steady_timer> timer;
+  int sent = 0;
+  static void Tick(const std::shared_ptr<SlowStream>& s) {
+    if (++s->sent > 15) {
+      s->responder->End();
+      return;
+    }
+    s->responder->Send("piece;");
+    s->timer->expires_after(std::chrono::milliseconds(100));
+    s->timer->async_wait([s](const boost::system::error_code& ec) {
+      if (!ec) Tick(s);
+    });
+  }
+};
+
+TEST_F(HttpTest, WriteTimeoutDropsAStalledClientButNotASlowStream) {
+  ServerOptions options;
+  options.write_timeout_s = 0.5;
+  options.max_queued_bytes = 0;  // only the timeout ends it
+  auto stream = std::make_shared<SlowStream>();  // loop thread only
+  auto done = std::make_shared<Shared<std::vector<std::string>>>();
+  StartServer(options, [this, stream, done](Request request, std::shared_ptr<Responder> responder) {
+    responder->OnDone([done, path = request.path](bool completed) {
+      done->Update([&](auto& v) { v.push_back(path + (completed ? " written" : " dropped")); });
+    });
+    if (request.path == "/big") {  // far more than the socket buffers take
+      responder->Respond(200, "application/octet-stream", std::string(64 << 20, 'b'));
+      return;
+    }
+    // Each write is quick; the whole stream outlasts the write timeout three times.
+    responder->BeginStream(200, "text/plain");
+    stream->responder = responder;
+    stream->timer = std::make_unique<boost::asio::steady_timer>(loop_.io());
+    SlowStream::Tick(stream);
+  });
+  RawClient stalled(port_);
+  ASSERT_TRUE(stalled.Send("GET /big HTTP/1.1\r\nHost: t\r\n\r\n"));  // never reads
+  RawClient reader(port_);
+  ASSERT_TRUE(reader.Send("GET /slow HTTP/1.1\r\nHost: t\r\n\r\n"));
+  const std::string r = reader.ReadResponse(10);
+  std::string want;
+  for (int i = 0; i < 15; ++i) want += "piece;";
+  EXPECT_EQ(Unchunk(BodyOf(r)), want) << r;
+  ASSERT_TRUE(done->WaitFor([](const auto& v) { return v.size() == 2; }, 10));
+  auto outcomes = done->Get();
+  std::sort(outcomes.begin(), outcomes.end());
+  EXPECT_EQ(outcomes, (std::vector<std::string>{"/big dropped", "/slow written"}));
+  EXPECT_EQ(server_->Stats().timed_out, 1);
+  loop_.Run([&] {
+    stream->responder.reset();
+    stream->timer.reset();
+  });
 }
 
 // The parsing path on its own, fed one byte at a time.
