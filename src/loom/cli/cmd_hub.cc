@@ -168,6 +168,37 @@ void AddHubCommand(CLI::App& app, Action* action) {
                 "seconds an operator's credit stays pending (verifiable) before it is available")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  h->add_option("--probe-interval-s", flags->options.probe_interval_s,
+                "reserved slots: seconds between the hub's availability probes of each slot")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  h->add_option("--slot-period-s", flags->options.slot_period_s,
+                "reserved slots: the availability credit is paid per period of this length")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  h->add_option("--slot-share", flags->options.slot_share,
+                "reserved slots: the availability credit per period, as a fraction of what the "
+                "slot would earn serving its model all period at its measured speed")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  h->add_option("--reserved-multiplier", flags->options.reserved_multiplier,
+                "reserved slots: their tokens earn this times the operator share (at most the "
+                "whole charge)")
+      ->check(CLI::Range(1.0, 10.0))
+      ->capture_default_str();
+  h->add_option("--min-availability", flags->options.min_availability,
+                "reserved slots: a slot answering fewer of its probes over 30 days loses its "
+                "reservation")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  h->add_option("--min-probes", flags->options.min_probes,
+                "reserved slots: probes in 30 days before --min-availability applies")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  h->add_option("--standing-s", flags->options.standing_s,
+                "each node hears this often what its operator earned and why it got no work")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   h->add_option("--max-body", flags->options.max_body_bytes, "request body limit (413 beyond)")
       ->capture_default_str();
   h->add_option("--read-timeout", flags->options.read_timeout_s, "seconds a request may take to "
@@ -368,6 +399,20 @@ void AddHubCommand(CLI::App& app, Action* action) {
                     job["node_id"].get<std::string>().c_str(),
                     static_cast<long long>(job["attempt"].get<int64_t>()),
                     static_cast<long long>(job["tokens"].get<int64_t>()));
+      }
+      const json& slots = j.contains("slots") ? j["slots"] : json::array();
+      for (const auto& s : slots) {
+        std::printf("  slot %lld: %s on %s, %s%s, availability %.1f%% over %lld probes (30 d), "
+                    "paid %s credits%s%s\n",
+                    static_cast<long long>(s.value("slot_id", int64_t{0})),
+                    s.value("model", "").c_str(), s.value("node_id", "").c_str(),
+                    s.value("state", "").c_str(),
+                    s.value("in_window", false) ? ", in its window" : ", outside its window",
+                    100 * s.value("availability_30d", 0.0),
+                    static_cast<long long>(s.value("probes_30d", int64_t{0})),
+                    network::ledger::FormatCredits(s.value("credited_micro", int64_t{0})).c_str(),
+                    s.value("lost_reason", "").empty() ? "" : ": ",
+                    s.value("lost_reason", "").c_str());
       }
       // The latest residency actions (load_model / unload_model) and why.
       const json& actions = j.contains("model_actions") ? j["model_actions"] : json::array();

@@ -5,6 +5,7 @@
 
 #include <csignal>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -19,6 +20,7 @@
 #include "loom/net/http_client.h"
 #include "loom/net/tls.h"
 #include "loom/net/url.h"
+#include "loom/network/ledger/credits.h"
 #include "loom/network/node/agent.h"
 #include "loom/network/node/node_facts.h"
 #include "loom/network/protocol/identity.h"
@@ -42,6 +44,7 @@ struct NodeFlags {
   std::string models;
   std::string max_memory;
   std::string schedule;
+  std::string reserve, reserve_hours;
   double busy = 0;
   int ranks = 0;
   double chunk_ms = 10;
@@ -65,6 +68,8 @@ int RunNode(const NodeFlags& f) {
   o.ca_file = f.ca_file;
   o.models = SplitCommas(f.models);
   o.schedule = f.schedule;
+  o.reserve = f.reserve;
+  o.reserve_hours = f.reserve_hours;
   o.busy_threshold = f.busy;
   o.serve = f.serve;
   o.ranks = f.ranks;
@@ -111,6 +116,35 @@ int RunNode(const NodeFlags& f) {
   return 0;
 }
 
+// The hub's latest report to this operator (protocol::Standing), as the agent wrote it.
+void PrintStanding(const json& status) {
+  if (!status.contains("standing")) {
+    std::printf("  earnings: no report from the hub yet\n");
+    return;
+  }
+  const json& s = status["standing"];
+  std::printf("  earned: %s credits pending (verifiable), %s available\n",
+              network::ledger::FormatCredits(s.value("pending_micro", int64_t{0})).c_str(),
+              network::ledger::FormatCredits(s.value("available_micro", int64_t{0})).c_str());
+  if (!s.value("slot", "").empty()) std::printf("  reserved slot: %s\n", s.value("slot", "").c_str());
+  for (const auto& e : s["recent"]) {
+    const std::time_t t = static_cast<std::time_t>(e.value("at_ms", int64_t{0}) / 1000);
+    std::tm utc{};
+    gmtime_r(&t, &utc);
+    char when[32];
+    std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &utc);
+    const bool slot = e.value("kind", "") == "slot";
+    std::printf("    %s UTC  +%s  %-6s %s  %s, %lld %s\n", when,
+                network::ledger::FormatCredits(e.value("micro", int64_t{0})).c_str(),
+                slot ? "slot" : "tokens", e.value("ref", "").c_str(), e.value("model", "").c_str(),
+                static_cast<long long>(e.value("tokens", int64_t{0})),
+                slot ? "probes answered" : "tokens");
+  }
+  const json& idle = s["idle_reasons"];
+  if (!idle.empty()) std::printf("  no work since the hub's last report:\n");
+  for (const auto& r : idle) std::printf("    - %s\n", r.get<std::string>().c_str());
+}
+
 }  // namespace
 
 void AddNodeCommand(CLI::App& app, Action* action) {
@@ -125,6 +159,12 @@ void AddNodeCommand(CLI::App& app, Action* action) {
                 "memory to lend, e.g. 8G (default: 90% of what is available now)");
   n->add_option("--schedule", f->schedule,
                 "lending hours, local time, e.g. 22:00-07:30,12:00-13:00 (default: always)");
+  n->add_option("--reserve", f->reserve,
+                "offer a reserved slot for this model (one of --models, by name): the node keeps "
+                "it loaded, gets its requests first and earns an hourly availability credit "
+                "while it answers the hub's probes (under 98% over 30 days it is lost)");
+  n->add_option("--reserve-hours", f->reserve_hours,
+                "the reserved slot's daily window, UTC, e.g. 08:00-20:00 (default: all day)");
   n->add_option("--pause-when-busy", f->busy,
                 "take no new work while other programs use more than this fraction of the CPU "
                 "(0 = never)")
@@ -261,6 +301,7 @@ void AddNodeCommand(CLI::App& app, Action* action) {
         std::printf("  running %s (%s, %lld tokens)\n", a.value("attempt_id", "").c_str(),
                     a.value("model", "").c_str(), static_cast<long long>(a.value("tokens", int64_t{0})));
       }
+      PrintStanding(j);
       return 0;
     };
   });

@@ -67,6 +67,7 @@ Status Hub::Impl::Listen() {
     std::fprintf(stderr, "hub: %lld job(s) interrupted by the last stop are marked failed\n",
                  static_cast<long long>(*ended));
   }
+  LoadSlots();
   net::ServerOptions so;
   so.host = options_.host;
   so.port = options_.port;
@@ -128,7 +129,9 @@ void Hub::Impl::Tick() {
   // Heartbeat deadlines are seconds long: scanning every connection once a second is enough.
   if (now - last_node_check_ >= 1.0) {
     CheckNodes(now);
+    ManageSlots(now);
     ManageModels(now);
+    SendStandings(now);
     last_node_check_ = now;
   }
   // Operators' credits settled longer ago than the verification window become available.
@@ -283,7 +286,7 @@ json Hub::Impl::StatusJson() const {
   }
   json jobs = json::array();
   for (const auto& [id, j] : jobs_) {
-    if (j->benchmark) continue;
+    if (j->internal()) continue;
     jobs.push_back(json{{"job_id", id}, {"model", j->model}, {"node_id", j->node_id},
                         {"attempt", j->attempts}, {"queued", j->queued},
                         {"tokens", static_cast<int64_t>(j->generated.size())},
@@ -303,7 +306,8 @@ json Hub::Impl::StatusJson() const {
               {"jobs_completed", jobs_completed_},
               {"jobs_failed", jobs_failed_},
               {"failovers", failovers_},
-              {"model_actions", json(model_actions_)}};
+              {"model_actions", json(model_actions_)},
+              {"slots", SlotsJson()}};
 }
 
 void Hub::Impl::SendFrame(NodeConn& c, const protocol::Frame& f) {

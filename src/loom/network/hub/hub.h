@@ -56,6 +56,19 @@ struct HubOptions {
   // verify_window_s.
   ledger::Pricing pricing;
   double verify_window_s = 86400;
+  // Reserved slots (hub_slots.cc): probed every probe_interval_s in their window; paid per
+  // slot_period_s an availability credit of slot_share x what the slot would earn busy, and their
+  // tokens at reserved_multiplier x the operator share; lost under min_availability over 30 days
+  // once min_probes were sent.
+  double probe_interval_s = 300;
+  double slot_period_s = 3600;
+  double slot_share = 0.1;
+  double reserved_multiplier = 1.1;
+  double min_availability = 0.98;
+  int64_t min_probes = 20;
+  // Every node hears this often what its operator earned and, when it got no work, why (and a
+  // second after it earns).
+  double standing_s = 30;
 };
 
 class Hub {

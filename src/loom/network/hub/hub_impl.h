@@ -49,6 +49,7 @@ struct NodeConn {
   protocol::NodeFacts facts;
   std::vector<protocol::ModelInfo> models;
   std::optional<protocol::PodInfo> pod;
+  std::optional<protocol::SlotOffer> slot;  // the reserved slot it offers (hub_slots.cc)
   int32_t max_concurrency = 1;
   protocol::Heartbeat last;     // the latest heartbeat
   double last_heartbeat = 0;
@@ -100,9 +101,34 @@ struct Job {
   // Credits: what admission reserved (0: a free model), and each ended attempt's work.
   int64_t reserved = 0;
   std::vector<ledger::Work> work;
-  // Benchmarks (consumer == null).
+  // Benchmarks and availability probes (consumer == null): the hub's own jobs.
   bool benchmark = false;
+  bool probe = false;
   int64_t bench_prompt_tokens = 0;
+  bool internal() const { return benchmark || probe; }
+};
+
+// What the hub tells a node's operator (hub_standing.cc), kept per node id across reconnects.
+struct NodeStanding {
+  std::deque<protocol::Earning> recent;        // newest first, at most protocol::kMaxEarnings
+  std::map<std::string, int64_t> passed_over;  // why placement chose another node, and how often
+  int64_t placed = 0;                          // attempts placed there since the last report
+  double due = 0;                              // when the next report goes out
+};
+
+// A reserved slot as the hub tracks it (hub_slots.cc).
+struct SlotLive {
+  store::SlotRecord record;
+  std::map<int64_t, store::SlotDay> days;  // UTC day -> probes, the last 30 days
+  double next_probe_at = 0;
+  bool probing = false;
+  int64_t period = 0;  // the current period of slot_period_s, and its probes so far
+  int64_t period_probes = 0, period_answered = 0;
+  int64_t credited = 0;  // availability credit paid since the hub started (micro-credits)
+  std::string last_probe;
+  json last_period;
+  // Answered / sent over the 30 days up to `today` (1 when none were sent).
+  double Availability(int64_t today, int64_t* probes) const;
 };
 
 class Hub::Impl {
@@ -174,6 +200,26 @@ class Hub::Impl {
   void SendResidency(NodeConn& c, const std::string& model, bool load, double now,
                      const std::string& why);
 
+  // hub_standing.cc: each operator's earnings and why its node gets no work.
+  void NoteDecision(const Job& job, const placement::Decision& d);
+  void NoteSettlement(const Job& job, const store::LedgerTx& settle);
+  void NoteEarning(const std::string& node_id, protocol::Earning e);
+  void SendStandings(double now);
+  protocol::Standing StandingOf(NodeConn& c, NodeStanding& s, double now);
+
+  // hub_slots.cc: reserved slots, their probes and availability credit.
+  void LoadSlots();
+  void OfferSlot(NodeConn& c);
+  // Whether `model` on `node_id` is an active reserved slot inside its window at `unix_ms`.
+  bool SlotReserves(const std::string& node_id, const std::string& model, int64_t unix_ms) const;
+  int32_t OperatorShareFor(const std::string& node_id, const std::string& model) const;
+  void ManageSlots(double now);
+  void EndProbe(Job& job, bool answered, const std::string& why);  // erases the job
+  void EndProbe(SlotLive& live, bool answered, const std::string& why);
+  int64_t SlotPeriodCredit(const SlotLive& live) const;  // a whole period, all probes answered
+  void PaySlotPeriod(SlotLive& live);
+  json SlotsJson() const;
+
   boost::asio::io_context& io_;
   HubOptions options_;
   std::unique_ptr<store::Store> store_;
@@ -204,6 +250,9 @@ class Hub::Impl {
   std::unordered_map<std::string, std::string> attempt_job_;  // attempt id -> job id
   std::map<std::string, std::deque<std::string>> queues_;     // model -> waiting job ids
   std::deque<json> decisions_;                                // the latest, for admins
+  std::map<std::string, SlotLive> slots_;  // node id -> its reserved slot
+  std::map<std::string, NodeStanding> standing_;        // node id -> its operator's report
+  std::map<std::string, double> last_request_at_;        // model -> its latest consumer request
   std::deque<json> model_actions_;  // the latest load_model / unload_model sent, and why
   // API key hash -> (account, when looked up): a short cache in front of the store.
   std::unordered_map<std::string, std::pair<std::optional<int64_t>, double>> key_cache_;

@@ -239,7 +239,8 @@ void Hub::Impl::TryPlace(Job& job) {
   placement::Decision d = placement::Place(pr, fleet_, holders == holders_.end() ? kNone : holders->second,
                                            tuning_, random_);
   const double place_us = (base::NowSeconds() - place_start) * 1e6;
-  if (!job.benchmark) {
+  if (!job.internal()) {
+    NoteDecision(job, d);
     json rec = placement::DecisionToJson(d);
     rec["place_us"] = place_us;
     rec["fleet_size"] = static_cast<int64_t>(fleet_.size());
@@ -261,7 +262,7 @@ void Hub::Impl::TryPlace(Job& job) {
   }
   const bool in_grace = base::NowSeconds() - started_at_ < options_.grace_s;
   // Idle models may be filling the memory this request needs: unloading them is worth the wait.
-  const bool room = !job.benchmark && MakeRoom(job, pr.prompt_tokens + pr.max_tokens, base::NowSeconds());
+  const bool room = !job.internal() && MakeRoom(job, pr.prompt_tokens + pr.max_tokens, base::NowSeconds());
   if (d.reason == "no_node_for_model" && !in_grace && !room) {
     return EndJob(job, store::JobState::kFailed, "", d.detail, 503, "no_node_for_model");
   }
@@ -338,7 +339,7 @@ void Hub::Impl::StartAttempt(Job& job, NodeConn& node, const placement::Decision
   }
   a.first_token_deadline_ms = static_cast<int64_t>((job.first_token_deadline - now) * 1000) + 1;
 
-  if (!job.benchmark) {
+  if (!job.internal()) {
     store::AttemptRecord rec;
     rec.attempt_id = job.attempt_id;
     rec.job_id = job.id;
@@ -393,6 +394,7 @@ void Hub::Impl::OnChunk(NodeConn& c, const protocol::Chunk& f) {
 void Hub::Impl::OnComplete(NodeConn& c, const protocol::Complete& f) {
   Job* job = JobOfAttempt(f.attempt_id);
   if (job == nullptr || job->node_id != c.node_id) return;
+  if (job->probe) return EndProbe(*job, job->attempt_tokens > 0, "it streamed no token");
   if (job->benchmark) {
     // The hub's own measurement of this node on this model.
     Measured m;
@@ -435,7 +437,7 @@ void Hub::Impl::OnNodeError(NodeConn& c, const protocol::Error& f) {
   // The consumer's own mistakes (a prompt longer than the context, ...) are not the node's fault:
   // answer them as they are; anything else is retried elsewhere.
   const bool consumer_error = f.status >= 400 && f.status < 500 && f.status != 408 &&
-                              f.status != 429 && job->generated.empty() && !job->benchmark;
+                              f.status != 429 && job->generated.empty() && !job->internal();
   if (consumer_error) {
     RecordAttemptEnd(*job, store::AttemptState::kFailed, f.message);
     return EndJob(*job, store::JobState::kFailed, "", f.message, f.status, f.code);
@@ -445,6 +447,7 @@ void Hub::Impl::OnNodeError(NodeConn& c, const protocol::Error& f) {
 
 void Hub::Impl::FailAttempt(Job& job, const std::string& message) {
   std::fprintf(stderr, "hub: attempt %s failed: %s\n", job.attempt_id.c_str(), message.c_str());
+  if (job.probe) return EndProbe(job, false, message);
   if (NodeConn* node = ReadyNode(job.node_id)) {
     node->attempts.erase(job.attempt_id);
     if (job.benchmark) node->benchmarking.erase(job.model);
@@ -528,9 +531,11 @@ void Hub::Impl::EndJob(Job& job, store::JobState state, const std::string& finis
                               options_.pricing.For(job.model), prompt_tokens, job.work,
                               options_.pricing.operator_share_bp, base::UnixMillis());
   }
-  LogError(store_->FinishJob(job.id, state, base::UnixMillis(), prompt_tokens,
-                            static_cast<int64_t>(job.generated.size()), finish_reason, error,
-                            settle ? &*settle : nullptr));
+  const Status finished = store_->FinishJob(job.id, state, base::UnixMillis(), prompt_tokens,
+                                            static_cast<int64_t>(job.generated.size()),
+                                            finish_reason, error, settle ? &*settle : nullptr);
+  LogError(finished);
+  if (finished.ok() && settle) NoteSettlement(job, *settle);
   if (state == store::JobState::kCompleted) {
     jobs_completed_ += 1;
   } else {
@@ -565,7 +570,8 @@ void Hub::Impl::CancelJob(const std::string& job_id) {
 void Hub::Impl::RecordAttemptEnd(Job& job, store::AttemptState state,
                                   const std::string& error) {
   const int64_t now_ms = base::UnixMillis();
-  job.work.push_back({job.attempt_id, job.node_id, job.attempt_tokens});
+  job.work.push_back({job.attempt_id, job.node_id, job.attempt_tokens,
+                      OperatorShareFor(job.node_id, job.model)});
   // The first token's time, moved from the monotonic clock onto the store's wall clock.
   const int64_t first_ms =
       job.first_token_at > 0

@@ -5,7 +5,9 @@
 //   load_model    for one more copy when the loaded copies' nodes are warm_at busy, on the holder
 //                 with the free memory and the best measured speed, before requests must wait;
 //   unload_model  for the least recently used idle models of one holder when a request finds no
-//                 node only because idle models fill the memory of the nodes that hold its model.
+//                 node only because idle models fill the memory of the nodes that hold its model;
+//   load_model    for a reserved slot's model not loaded in its window (hub_slots.cc), which is
+//                 never unloaded for being idle or to make room there.
 // A node unloads after the model's running requests end, and loads only what fits its limit.
 #include <algorithm>
 #include <cstdio>
@@ -85,8 +87,14 @@ void Hub::Impl::ManageModels(double now) {
   std::vector<NodeConn*> usable;
   for (size_t i = 0; i < fleet_.size(); ++i) {
     NodeConn& c = *conns_.at(fleet_conn_[i]);
+    // Demand is the consumers' requests the hub placed here: not its own benchmarks and probes
+    // (nor the node's count, which lags a heartbeat behind and includes those).
+    std::map<std::string, int64_t> consumer;
     for (const std::string& a : c.attempts) {
-      if (Job* j = JobOfAttempt(a)) c.model_used[j->model] = now;
+      Job* j = JobOfAttempt(a);
+      if (!j || j->internal()) continue;
+      c.model_used[j->model] = now;
+      consumer[j->model] += 1;
     }
     EraseOlder(c.load_sent, now - kLoadWaitS);
     EraseOlder(c.unload_sent, now - kUnloadWaitS);
@@ -97,15 +105,24 @@ void Hub::Impl::ManageModels(double now) {
       Use& u = use[m];
       u.copies += c.unload_sent.count(m) ? 0 : 1;
       u.slots += t.max_concurrency;
-      u.running += t.running;
+      u.running += consumer[m];
     }
     for (const auto& [m, at] : c.load_sent) use[m].loading = true;
+  }
+
+  const int64_t now_ms = base::UnixMillis();
+  for (NodeConn* c : usable) {
+    if (!c->slot || IsLoaded(*c, c->slot->model) || c->load_sent.count(c->slot->model) ||
+        !SlotReserves(c->node_id, c->slot->model, now_ms)) {
+      continue;
+    }
+    SendResidency(*c, c->slot->model, true, now, "a reserved slot keeps it loaded");
   }
 
   if (options_.unload_idle_s > 0) {
     for (NodeConn* c : usable) {
       for (const std::string& m : c->last.loaded) {
-        if (c->unload_sent.count(m)) continue;
+        if (c->unload_sent.count(m) || SlotReserves(c->node_id, m, now_ms)) continue;
         auto used = c->model_used.try_emplace(m, now).first;
         const double idle = now - used->second;
         Use& u = use[m];
@@ -185,7 +202,9 @@ bool Hub::Impl::MakeRoom(const Job& job, int64_t positions, double now) {
       const protocol::ModelInfo* x = HeldModel(c, m);
       auto used = c.model_used.find(m);
       const double at = used == c.model_used.end() ? 0 : used->second;
-      if (x && m != model && !running.count(m)) idle.push_back({at, x});
+      if (x && m != model && !running.count(m) && !SlotReserves(c.node_id, m, base::UnixMillis())) {
+        idle.push_back({at, x});
+      }
     }
     std::sort(idle.begin(), idle.end(),
               [](const auto& a, const auto& b) { return a.first < b.first; });

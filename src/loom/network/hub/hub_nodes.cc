@@ -154,6 +154,7 @@ void Hub::Impl::HandleRegister(NodeConn& c, const protocol::Register& f) {
   c.facts.mem_free_bytes = std::min(c.facts.mem_free_bytes, c.facts.mem_total_bytes);
   c.models = f.models;
   c.pod = f.pod;
+  c.slot = f.slot;
   c.max_concurrency = f.max_concurrency;
   c.last = protocol::Heartbeat{};
   c.last.mem_free_bytes = c.facts.mem_free_bytes;
@@ -163,6 +164,7 @@ void Hub::Impl::HandleRegister(NodeConn& c, const protocol::Register& f) {
   c.last_heartbeat = base::NowSeconds();
   c.phase = NodeConn::Phase::kReady;
   ready_[c.node_id] = c.conn_id;
+  OfferSlot(c);
   UpdateFleet(c);
   LogError(store_->TouchNode(c.node_id, base::UnixMillis()));
   protocol::Welcome w;
@@ -213,8 +215,10 @@ void Hub::Impl::UpdateLoad(NodeConn& c) {
   // The hub's own count of what it sent there, or the node's if larger (its owner's requests).
   t.running = std::max<int32_t>(static_cast<int32_t>(c.attempts.size()), c.last.running);
   t.waiting = c.last.waiting;
+  const int64_t now_ms = base::UnixMillis();
   for (placement::ModelOffer& o : t.models) {
     o.loaded = std::find(c.last.loaded.begin(), c.last.loaded.end(), o.name) != c.last.loaded.end();
+    o.reserved = SlotReserves(c.node_id, o.name, now_ms);
   }
 }
 

@@ -136,7 +136,8 @@ store::LedgerTx SettleTx(const std::string& job_id, int64_t account_id, int64_t 
   for (size_t i = 0; i < work.size(); ++i) {
     if (raw[i] == 0) continue;
     // raw / 1e6 micro-credits, scaled down when the charge was capped, times the share.
-    Int128 pay = raw[i] * share / (Int128{kMicro} * 10000);
+    const int64_t s = work[i].share_bp < 0 ? share : std::min<int64_t>(work[i].share_bp, 10000);
+    Int128 pay = raw[i] * s / (Int128{kMicro} * 10000);
     if (charge < uncapped) pay = pay * charge / uncapped;
     if (pay == 0) continue;
     tx.lines.push_back(

@@ -64,6 +64,9 @@ struct Work {
   std::string attempt_id;
   std::string node_id;
   int64_t tokens = 0;  // tokens this attempt streamed to the consumer
+  // This attempt's share of what its tokens are charged, in basis points (a reserved slot earns
+  // more than the usual operator share); -1: the settlement's operator_share_bp.
+  int32_t share_bp = -1;
 };
 
 // The settlement of a job that reserved `reserved`: charges `prompt_tokens` and the attempts'

@@ -67,6 +67,21 @@ TEST(CreditsTest, SettlementPaysEachAttemptItsTokensAndThePromptOnce) {
   EXPECT_EQ(tx.ref, "j");
 }
 
+TEST(CreditsTest, AnAttemptWithItsOwnShareIsPaidThatShareAndTheFeeTheRest) {
+  const Price p{0, 1'000'000};
+  // A reserved slot's attempt at 99% next to a spare one at the usual 90%.
+  const std::vector<Work> work = {{"j-1", "slot", 100, 9900}, {"j-2", "spare", 100}};
+  const store::LedgerTx tx = SettleTx("j", 7, 1000, p, 0, work, 9000, 5);
+  ASSERT_TRUE(store::ValidateLedgerTx(tx).ok()) << store::ValidateLedgerTx(tx).ToString();
+  EXPECT_EQ(LineOf(tx, "pending:slot"), 99);
+  EXPECT_EQ(LineOf(tx, "pending:spare"), 90);
+  EXPECT_EQ(LineOf(tx, "fee"), 200 - 99 - 90);
+  // A share above 100% pays the whole charge and no more.
+  const store::LedgerTx capped = SettleTx("k", 7, 1000, p, 0, {{"k-1", "slot", 100, 12000}}, 9000, 5);
+  EXPECT_EQ(LineOf(capped, "pending:slot"), 100);
+  EXPECT_EQ(LineOf(capped, "fee"), 0);
+}
+
 TEST(CreditsTest, ThePromptGoesToTheFirstAttemptThatStreamed) {
   const Price p{1'000'000, 1'000'000};
   const std::vector<Work> work = {{"j-1", "node-a", 0}, {"j-2", "node-b", 5}};

@@ -179,6 +179,9 @@ class Agent::Impl {
   bool paused_ = false;
   std::function<void()> drained_;
   Schedule schedule_;
+  std::optional<protocol::SlotOffer> slot_;  // --reserve
+  std::optional<protocol::Standing> standing_;  // the hub's latest report to this operator
+  Status ParseSlot();
   BusyMeter busy_;
   std::mt19937_64 random_;
   std::shared_ptr<int> life_ = std::make_shared<int>(0);
@@ -194,7 +197,9 @@ Status Agent::Impl::Init() {
   if (endpoint_.scheme == "wss") {
     LOOM_ASSIGN_OR_RETURN(tls_, net::MakeClientTls(options_.ca_file));
   }
-  LOOM_ASSIGN_OR_RETURN(schedule_, ParseSchedule(options_.schedule));
+  StatusOr<Schedule> schedule = ParseSchedule(options_.schedule);
+  if (!schedule.ok()) return schedule.status().WithContext("node: --schedule");
+  schedule_ = std::move(schedule).value();
   facts_ = MeasureFacts(options_.max_memory_bytes, std::max(1, options_.serve.threads));
   max_memory_ = options_.max_memory_bytes > 0
                     ? std::min(options_.max_memory_bytes, facts_.mem_free_bytes)
@@ -218,10 +223,46 @@ Status Agent::Impl::Init() {
   if (models_.empty()) {
     return InvalidArgumentError("node: no models to lend: give --models PATH_OR_NAME[,...]");
   }
+  LOOM_RETURN_IF_ERROR(ParseSlot());
   // Load what fits now; the rest stays on disk and loads when the hub assigns it.
   for (const LocalModel& m : models_) {
     if (Footprint(m) <= MemFree()) Load(m.name);
   }
+  return OkStatus();
+}
+
+Status Agent::Impl::ParseSlot() {
+  if (options_.reserve.empty()) {
+    if (!options_.reserve_hours.empty()) {
+      return InvalidArgumentError("node: --reserve-hours needs --reserve MODEL");
+    }
+    return OkStatus();
+  }
+  std::string names;
+  bool found = false;
+  for (const LocalModel& m : models_) {
+    found = found || m.name == options_.reserve;
+    names += (names.empty() ? "" : ", ") + m.name;
+  }
+  if (!found) {
+    return InvalidArgumentError("node: --reserve ", options_.reserve,
+                                ": not one of the models this node lends (", names, ")");
+  }
+  protocol::SlotOffer slot{.model = options_.reserve};
+  if (!options_.reserve_hours.empty()) {
+    StatusOr<Schedule> hours = ParseSchedule(options_.reserve_hours);
+    if (!hours.ok()) return hours.status().WithContext("node: --reserve-hours");
+    if (hours->ranges.size() != 1) {
+      return InvalidArgumentError("node: --reserve-hours takes one range HH:MM-HH:MM (UTC), got ",
+                                  hours->ranges.size());
+    }
+    slot.begin_minute = hours->ranges[0].first % 1440;  // 24:00 is midnight
+    slot.end_minute = hours->ranges[0].second == 0 ? 1440 : hours->ranges[0].second;
+    if (slot.begin_minute == slot.end_minute) {
+      return InvalidArgumentError("node: --reserve-hours: an empty range (use no flag for all day)");
+    }
+  }
+  slot_ = slot;
   return OkStatus();
 }
 
@@ -395,6 +436,7 @@ void Agent::Impl::OnMessage(std::string_view text) {
     }
     if (largest->tp > 1 || largest->pp > 1) r.pod = protocol::PodInfo{largest->tp, largest->pp};
     r.max_concurrency = options_.serve.parallel;
+    r.slot = slot_;
     Send(r);
   } else if (auto* w = std::get_if<protocol::Welcome>(&*frame)) {
     welcomed_ = true;
@@ -414,6 +456,9 @@ void Agent::Impl::OnMessage(std::string_view text) {
     OnLoadModel(l->model);
   } else if (auto* u = std::get_if<protocol::UnloadModel>(&*frame)) {
     OnUnloadModel(u->model);
+  } else if (auto* st = std::get_if<protocol::Standing>(&*frame)) {
+    standing_ = std::move(*st);
+    WriteStatus();
   } else if (auto* e = std::get_if<protocol::Error>(&*frame)) {
     std::fprintf(stderr, "node: the hub says %s: %s\n", e->code.c_str(), e->message.c_str());
   }
@@ -701,6 +746,19 @@ void Agent::Impl::WriteStatus() {
          {"pid", static_cast<int64_t>(::getpid())}, {"mem_lendable_bytes", max_memory_},
          {"mem_free_bytes", MemFree()}, {"mem_bandwidth_gbps", facts_.mem_bandwidth_gbps},
          {"models", models}, {"attempts", attempts}};
+  if (slot_) s["reserve"] = slot_->model;
+  if (standing_) {
+    json recent = json::array();
+    for (const protocol::Earning& e : standing_->recent) {
+      recent.push_back(json{{"kind", e.kind}, {"ref", e.ref}, {"model", e.model},
+                            {"tokens", e.tokens}, {"micro", e.micro}, {"at_ms", e.at_ms}});
+    }
+    s["standing"] = json{{"pending_micro", standing_->pending_micro},
+                         {"available_micro", standing_->available_micro},
+                         {"recent", recent},
+                         {"idle_reasons", standing_->idle_reasons},
+                         {"slot", standing_->slot}};
+  }
   const std::string tmp = options_.dir + "/status.json.tmp";
   std::ofstream out(tmp);
   out << s.dump(1) << "\n";

@@ -46,6 +46,11 @@ struct AgentOptions {
   double chunk_interval_s = 0.01;
   int ranks = 0;  // > 1: lend a pod of this many local ranks, each model split as the cost model
                   // predicts fastest (instead of serve.tp/serve.pp)
+  // A reserved slot instead of spare time: one of `models` (its name as the hub sees it), kept
+  // loaded and answering through `reserve_hours` ("HH:MM-HH:MM" in UTC; "" = all day).  The
+  // lending schedule and pausing when busy still apply, and count against its availability.
+  std::string reserve;
+  std::string reserve_hours;
 };
 
 class Agent {

@@ -162,7 +162,7 @@ StatusOr<Schedule> ParseSchedule(const std::string& text) {
     if (!(r >> h1 >> c1 >> m1 >> dash >> h2 >> c2 >> m2) || c1 != ':' || c2 != ':' ||
         dash != '-' || h1 < 0 || h1 > 24 || h2 < 0 || h2 > 24 || m1 < 0 || m1 > 59 || m2 < 0 ||
         m2 > 59) {
-      return InvalidArgumentError("--schedule: '", range,
+      return InvalidArgumentError("'", range,
                                   "' is not HH:MM-HH:MM (for example 22:00-07:30)");
     }
     s.ranges.emplace_back(h1 * 60 + m1, h2 * 60 + m2);

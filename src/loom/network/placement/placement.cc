@@ -308,11 +308,13 @@ Candidate MakeCandidate(const Request& request, const Target& t, const Tuning& t
 // What the first pass keeps of an eligible target.
 struct Light {
   int32_t index;  // into targets
+  bool reserved;  // the offer is a reserved slot
   int64_t queue;  // running + waiting
   double total_s;
 };
 
 bool Better(const Light& a, const Light& b) {
+  if (a.reserved != b.reserved) return a.reserved;
   if (a.total_s != b.total_s) return a.total_s < b.total_s;
   if (a.queue != b.queue) return a.queue < b.queue;
   return a.index < b.index;
@@ -342,7 +344,8 @@ class Tally {
       if (e.context_ok && (e.memory_ok || t.running > 0)) ++could_ever_run_;
     }
     if (e.check == Check::kPass) {
-      eligible_.push_back({static_cast<int32_t>(index), QueueDepth(t), e.costs.total_s});
+      eligible_.push_back(
+          {static_cast<int32_t>(index), offer.reserved, QueueDepth(t), e.costs.total_s});
     } else {
       ++counts_[static_cast<size_t>(e.check)];
       if (rejects_.size() < static_cast<size_t>(kMaxCandidates)) {
@@ -374,27 +377,33 @@ Decision Tally::Finish(std::mt19937_64& random) {
   const std::string quoted_model = "'" + request_.model + "'";
 
   if (!eligible_.empty()) {
-    // The best total; totals within near_tie_fraction of it are ties, won by the lowest queue,
-    // then at random.
-    double best = eligible_[0].total_s;
-    for (const Light& l : eligible_) best = std::min(best, l.total_s);
-    const double threshold = best + std::abs(best) * std::max(tuning_.near_tie_fraction, 0.0);
+    // Reserved slots first: when one is eligible, only those compete.  The best total; totals
+    // within near_tie_fraction of it are ties, won by the lowest queue, then at random.
+    const bool any_reserved =
+        std::any_of(eligible_.begin(), eligible_.end(), [](const Light& l) { return l.reserved; });
+    double best = std::numeric_limits<double>::infinity();
+    for (const Light& l : eligible_) {
+      if (l.reserved == any_reserved) best = std::min(best, l.total_s);
+    }
+    const double tie = best + std::abs(best) * std::max(tuning_.near_tie_fraction, 0.0);
+    // Outside the pool (a spare target while a reserved slot is eligible) nothing is a tie.
+    auto near = [&](const Light& l) { return l.reserved == any_reserved && l.total_s <= tie; };
     int64_t min_queue = std::numeric_limits<int64_t>::max();
     int32_t near_ties = 0;
     for (const Light& l : eligible_) {
-      if (l.total_s <= threshold) {
+      if (near(l)) {
         ++near_ties;
         min_queue = std::min(min_queue, l.queue);
       }
     }
     size_t winners = 0;
-    for (const Light& l : eligible_) winners += (l.total_s <= threshold && l.queue == min_queue);
+    for (const Light& l : eligible_) winners += (near(l) && l.queue == min_queue);
     size_t pick = 0;
     if (winners > 1) pick = std::uniform_int_distribution<size_t>(0, winners - 1)(random);
     size_t chosen = 0;
     for (size_t i = 0, k = 0; i < eligible_.size(); ++i) {
       const Light& l = eligible_[i];
-      if (l.total_s <= threshold && l.queue == min_queue && k++ == pick) {
+      if (near(l) && l.queue == min_queue && k++ == pick) {
         chosen = i;
         break;
       }
@@ -418,6 +427,7 @@ Decision Tally::Finish(std::mt19937_64& random) {
                Seconds(c.queue_s) + ", prefill " + Seconds(c.prefill_s) + ", decode " +
                Seconds(c.decode_s) + "); " + std::to_string(d.eligible) + " of " +
                std::to_string(d.holders) + " targets holding it eligible";
+    if (any_reserved) d.detail += "; a reserved slot (reserved slots go first)";
     if (near_ties > 1) {
       d.detail += "; " + std::to_string(near_ties) + " within " +
                   std::to_string(static_cast<int>(std::lround(tuning_.near_tie_fraction * 100))) +

@@ -25,7 +25,8 @@
 // token are one rank's share of the weights (weight_bytes / ranks: every rank reads its share at
 // once).  The bound ignores KV reads, so it is an upper bound; it would be too tight for a mixture-
 // of-experts model, which reads only its active experts (ModelOffer does not say which are).
-// Totals within near_tie_fraction of the best are ties: the lower queue (running + waiting) wins,
+// Reserved slots go first: when any eligible target offers the model as a reserved slot, only
+// reserved ones compete.  Totals within near_tie_fraction of the best are ties: the lower queue (running + waiting) wins,
 // and among equal queues one is drawn at random.
 //
 // When nothing passes, the reason is "no_node_for_model" if no non-excluded target holds the
@@ -63,6 +64,7 @@ struct ModelOffer {
   bool loaded = false;             // warm in memory now
   double prefill_tps = 0;          // tokens/s measured BY THE HUB on this target; 0 = not yet
   double decode_tps = 0;           // tokens/s, single stream, measured by the hub; 0 = not yet
+  bool reserved = false;           // a reserved slot of this target (it goes first)
 };
 
 // A node, or a pod (one node agent lending `ranks` local ranks as one target).

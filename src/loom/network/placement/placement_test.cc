@@ -348,3 +348,41 @@ TEST(PlacementTest, AHolderIndexGivesTheSameDecisionAsTheFullScan) {
 
 }  // namespace
 }  // namespace loom::network::placement
+
+namespace loom::network::placement {
+namespace {
+
+TEST(PlaceTest, AReservedSlotGoesFirstEvenWhenASpareTargetIsFaster) {
+  ModelOffer slow = Model(true, 20);
+  slow.reserved = true;
+  std::vector<Target> targets = {Node("spare", 64, Model(true, 80)), Node("slot", 64, slow)};
+  const Decision d = PlaceSeeded(Req(), targets);
+  ASSERT_TRUE(d.placed);
+  EXPECT_EQ(d.target_id, "slot");
+  EXPECT_NE(d.detail.find("reserved slot"), std::string::npos) << d.detail;
+  // The spare target stays a candidate, after it.
+  ASSERT_EQ(d.candidates.size(), 2u);
+  EXPECT_EQ(d.candidates[1].target_id, "spare");
+  EXPECT_TRUE(d.candidates[1].eligible);
+}
+
+TEST(PlaceTest, ABusyReservedSlotLeavesTheRequestToSpareTargets) {
+  ModelOffer reserved = Model(true, 80);
+  reserved.reserved = true;
+  std::vector<Target> targets = {Node("spare", 64, Model(true, 20)), Node("slot", 64, reserved)};
+  targets[1].running = targets[1].max_concurrency;  // full
+  const Decision d = PlaceSeeded(Req(), targets);
+  ASSERT_TRUE(d.placed);
+  EXPECT_EQ(d.target_id, "spare");
+}
+
+TEST(PlaceTest, AmongReservedSlotsTheFastestWins) {
+  ModelOffer a = Model(true, 30), b = Model(true, 60);
+  a.reserved = b.reserved = true;
+  std::vector<Target> targets = {Node("a", 64, a), Node("b", 64, b),
+                                 Node("spare", 64, Model(true, 90))};
+  EXPECT_EQ(PlaceSeeded(Req(), targets).target_id, "b");
+}
+
+}  // namespace
+}  // namespace loom::network::placement

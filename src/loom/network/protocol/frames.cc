@@ -1,5 +1,6 @@
 #include "loom/network/protocol/frames.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -167,6 +168,8 @@ class Reader;
 Status ReadFields(Reader& r, ModelInfo* m);
 Status ReadFields(Reader& r, NodeFacts* f);
 Status ReadFields(Reader& r, PodInfo* p);
+Status ReadFields(Reader& r, Earning* e);
+Status ReadFields(Reader& r, SlotOffer* s);
 
 // Reads the fields of one JSON object, remembering which it read so that Finish can name the first
 // field nobody asked for.  `path` prefixes field names in messages ("facts.", "models[2].").
@@ -280,6 +283,20 @@ class Reader {
     }
     return Distinct(key, *out, [](const std::string& s) -> const std::string& { return s; });
   }
+  Status TextList(std::string_view key, int64_t max_items, int64_t max_bytes,
+                  std::vector<std::string>* out) {
+    LOOM_ASSIGN_OR_RETURN(const json* v, RequireArray(key, max_items));
+    out->clear();
+    for (size_t i = 0; i < v->size(); ++i) {
+      const json& item = (*v)[i];
+      if (!item.is_string() || static_cast<int64_t>(item.get_ref<const std::string&>().size()) > max_bytes) {
+        return Fail(StrCat(key, "[", i, "]"), StrCat("a string of at most ", max_bytes, " bytes"),
+                    item);
+      }
+      out->push_back(item.get<std::string>());
+    }
+    return OkStatus();
+  }
   // Any JSON object, kept as it is.
   Status Object(std::string_view key, json* out) {
     LOOM_ASSIGN_OR_RETURN(const json* v, Require(key));
@@ -336,6 +353,11 @@ class Reader {
       }
     }
     return OkStatus();
+  }
+
+  // A field whose value is well formed but does not fit with the others.
+  Status Invalid(std::string_view field, std::string_view why) const {
+    return InvalidArgumentError(FramePrefix(frame_), "field '", path_, field, "' ", why);
   }
 
   Status Fail(std::string_view field, std::string_view must_be, const json& got) const {
@@ -420,6 +442,16 @@ Status ReadFields(Reader& r, PodInfo* p) {
   return r.Int("pp", 1, kMaxPodDegree, &p->pp);
 }
 
+Status ReadFields(Reader& r, SlotOffer* s) {
+  LOOM_RETURN_IF_ERROR(r.Id("model", &s->model));
+  LOOM_RETURN_IF_ERROR(r.Int("begin_minute", 0, 1439, &s->begin_minute));
+  LOOM_RETURN_IF_ERROR(r.Int("end_minute", 1, 1440, &s->end_minute));
+  if (s->begin_minute == s->end_minute) {
+    return r.Invalid("end_minute", "must differ from 'begin_minute' (0 and 1440: all day)");
+  }
+  return OkStatus();
+}
+
 const std::string& ModelName(const ModelInfo& m) { return m.name; }
 
 Status ReadFields(Reader& r, Hello* f) { return r.Id("node_id", &f->node_id); }
@@ -436,7 +468,15 @@ Status ReadFields(Reader& r, Register* f) {
   LOOM_RETURN_IF_ERROR(r.StructList("models", kMaxModels, &f->models));
   LOOM_RETURN_IF_ERROR(r.Distinct("models", f->models, ModelName));
   LOOM_RETURN_IF_ERROR(r.OptionalStruct("pod", &f->pod));
-  return r.Int("max_concurrency", 1, kMaxConcurrency, &f->max_concurrency);
+  LOOM_RETURN_IF_ERROR(r.Int("max_concurrency", 1, kMaxConcurrency, &f->max_concurrency));
+  LOOM_RETURN_IF_ERROR(r.OptionalStruct("slot", &f->slot));
+  if (f->slot && std::none_of(f->models.begin(), f->models.end(), [&](const ModelInfo& m) {
+        return m.name == f->slot->model;
+      })) {
+    return r.Invalid("slot", StrCat("names model ", Quote(f->slot->model),
+                                    ", which is not one of the node's models"));
+  }
+  return OkStatus();
 }
 
 Status ReadFields(Reader& r, Welcome* f) {
@@ -499,6 +539,23 @@ Status ReadFields(Reader&, Drain*) { return OkStatus(); }
 Status ReadFields(Reader& r, LoadModel* f) { return r.Id("model", &f->model); }
 Status ReadFields(Reader& r, UnloadModel* f) { return r.Id("model", &f->model); }
 
+Status ReadFields(Reader& r, Earning* e) {
+  LOOM_RETURN_IF_ERROR(r.OneOf("kind", {"tokens", "slot"}, &e->kind));
+  LOOM_RETURN_IF_ERROR(r.Id("ref", &e->ref));
+  LOOM_RETURN_IF_ERROR(r.Id("model", &e->model));
+  LOOM_RETURN_IF_ERROR(r.Int("tokens", 0, kMaxByteCount, &e->tokens));
+  LOOM_RETURN_IF_ERROR(r.Int("micro", 0, kMaxByteCount, &e->micro));
+  return r.Int("at_ms", 0, INT64_MAX, &e->at_ms);
+}
+
+Status ReadFields(Reader& r, Standing* f) {
+  LOOM_RETURN_IF_ERROR(r.Int("pending_micro", 0, kMaxByteCount, &f->pending_micro));
+  LOOM_RETURN_IF_ERROR(r.Int("available_micro", 0, kMaxByteCount, &f->available_micro));
+  LOOM_RETURN_IF_ERROR(r.StructList("recent", kMaxEarnings, &f->recent));
+  LOOM_RETURN_IF_ERROR(r.TextList("idle_reasons", kMaxReasons, kMaxMessageBytes, &f->idle_reasons));
+  return r.Text("slot", kMaxMessageBytes, &f->slot);
+}
+
 json ToJson(const ModelInfo& m) {
   return {{"name", m.name},
           {"sha256", m.sha256},
@@ -534,6 +591,11 @@ void WriteFields(const Register& f, json& j) {
   j["models"] = ToJson(f.models);
   if (f.pod) j["pod"] = {{"tp", f.pod->tp}, {"pp", f.pod->pp}};
   j["max_concurrency"] = f.max_concurrency;
+  if (f.slot) {
+    j["slot"] = {{"model", f.slot->model},
+                 {"begin_minute", f.slot->begin_minute},
+                 {"end_minute", f.slot->end_minute}};
+  }
 }
 
 void WriteFields(const Welcome& f, json& j) {
@@ -594,6 +656,19 @@ void WriteFields(const Cancel& f, json& j) { j["attempt_id"] = f.attempt_id; }
 void WriteFields(const Drain&, json&) {}
 void WriteFields(const LoadModel& f, json& j) { j["model"] = f.model; }
 void WriteFields(const UnloadModel& f, json& j) { j["model"] = f.model; }
+
+void WriteFields(const Standing& f, json& j) {
+  j["pending_micro"] = f.pending_micro;
+  j["available_micro"] = f.available_micro;
+  json recent = json::array();
+  for (const Earning& e : f.recent) {
+    recent.push_back({{"kind", e.kind}, {"ref", e.ref}, {"model", e.model}, {"tokens", e.tokens},
+                      {"micro", e.micro}, {"at_ms", e.at_ms}});
+  }
+  j["recent"] = std::move(recent);
+  j["idle_reasons"] = f.idle_reasons;
+  j["slot"] = f.slot;
+}
 
 // ---- Dispatch on "type" over the alternatives of Frame ----
 

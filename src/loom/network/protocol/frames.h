@@ -94,6 +94,16 @@ struct PodInfo {
   bool operator==(const PodInfo&) const = default;
 };
 
+// A reserved slot: the node commits to keep `model` loaded and answering from begin_minute to
+// end_minute (UTC minutes since midnight, [begin, end); end < begin wraps midnight; 0 and 1440:
+// all day).  The hub measures its availability itself (probes) and pays it for being there.
+struct SlotOffer {
+  std::string model{};        // one of the node's models
+  int32_t begin_minute = 0;   // in [0, 1439]
+  int32_t end_minute = 1440;  // in [1, 1440], != begin_minute
+  bool operator==(const SlotOffer&) const = default;
+};
+
 // ---- Node -> hub ----
 
 // The first frame of a connection.
@@ -112,6 +122,7 @@ struct Register {
   std::vector<ModelInfo> models{};  // at most kMaxModels, unique names
   std::optional<PodInfo> pod{};     // present when this node leads a pod
   int32_t max_concurrency = 1;      // in [1, kMaxConcurrency]
+  std::optional<SlotOffer> slot{};  // a reserved slot for one of `models`; absent: spare time
   bool operator==(const Register&) const = default;
 };
 
@@ -220,8 +231,36 @@ struct UnloadModel {
   bool operator==(const UnloadModel&) const = default;
 };
 
+// One credit an operator earned, as the hub booked it.
+struct Earning {
+  std::string kind{};   // "tokens" (an attempt's share of its charge) or "slot" (a period's
+                        // availability credit)
+  std::string ref{};    // the attempt id, or "slot:<slot id>:<period>"
+  std::string model{};
+  int64_t tokens = 0;   // kind "tokens": tokens it streamed; "slot": probes answered
+  int64_t micro = 0;    // micro-credits, in [0, kMaxByteCount]
+  int64_t at_ms = 0;    // Unix milliseconds
+  bool operator==(const Earning&) const = default;
+};
+
+inline constexpr int64_t kMaxEarnings = 64;  // per Standing
+inline constexpr int64_t kMaxReasons = 16;
+
+// What the operator earned and, when the node got no work lately, why (hub_standing.cc): sent
+// every standing interval and soon after the node earns.
+struct Standing {
+  static constexpr std::string_view kType = "standing";
+  int64_t pending_micro = 0;        // the operator's pending book (still verifiable)
+  int64_t available_micro = 0;      // ...and its available book
+  std::vector<Earning> recent{};    // newest first, at most kMaxEarnings
+  std::vector<std::string> idle_reasons{};  // at most kMaxReasons, each at most kMaxMessageBytes
+  std::string slot{};               // its reserved slot for people, "" when it offers none
+  bool operator==(const Standing&) const = default;
+};
+
 using Frame = std::variant<Hello, Challenge, Register, Welcome, Heartbeat, Capacity, Assign,
-                           Accepted, Chunk, Complete, Error, Cancel, Drain, LoadModel, UnloadModel>;
+                           Accepted, Chunk, Complete, Error, Cancel, Drain, LoadModel, UnloadModel,
+                           Standing>;
 
 // Parses and validates one frame.  Never throws and never crashes, whatever the bytes.
 // Errors: kUnimplemented for a protocol version other than kProtocolVersion, kInvalidArgument for

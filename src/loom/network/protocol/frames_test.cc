@@ -49,6 +49,7 @@ Register SampleRegister() {
 std::vector<Frame> SampleFrames() {
   Register with_pod = SampleRegister();
   with_pod.pod = PodInfo{.tp = 2, .pp = 4};
+  with_pod.slot = SlotOffer{.model = "llama-3.2-1b:q8", .begin_minute = 1320, .end_minute = 360};
   Register no_models = SampleRegister();
   no_models.models.clear();
   return {
@@ -93,6 +94,15 @@ std::vector<Frame> SampleFrames() {
       Drain{},
       LoadModel{.model = "Qwen/Qwen2.5-0.5B"},
       UnloadModel{.model = "Qwen/Qwen2.5-0.5B"},
+      Standing{.pending_micro = 1234,
+               .available_micro = 99,
+               .recent = {{.kind = "tokens", .ref = "cmpl-7-1", .model = "m", .tokens = 16,
+                           .micro = 30, .at_ms = 1764633600000},
+                          {.kind = "slot", .ref = "slot:3:490176", .model = "m", .tokens = 12,
+                           .micro = 7, .at_ms = 1764633500000}},
+               .idle_reasons = {"model 'm': 3 requests went to reserved slots"},
+               .slot = ""},
+      Standing{},
   };
 }
 
@@ -210,6 +220,33 @@ TEST(FramesTest, RejectsWrongTypes) {
               HasSubstr("frame 'assign': field 'request' must be an object (got \"hi\")"));
   EXPECT_THAT(ParseError(Edited(SampleRegister(), [](json& j) { j["models"][1] = 3; })),
               HasSubstr("field 'models[1]' must be an object (got 3)"));
+}
+
+TEST(FramesTest, ASlotMustNameOneOfTheNodesModelsAndAWindow) {
+  auto with_slot = [](json slot) {
+    return Edited(SampleRegister(), [&](json& j) { j["slot"] = slot; });
+  };
+  EXPECT_THAT(ParseError(with_slot({{"model", "other"}, {"begin_minute", 0}, {"end_minute", 1440}})),
+              HasSubstr("frame 'register': field 'slot' names model \"other\", which is not one "
+                        "of the node's models"));
+  EXPECT_THAT(
+      ParseError(with_slot({{"model", "llama-3.2-1b:q8"}, {"begin_minute", 60}, {"end_minute", 60}})),
+      HasSubstr("field 'slot.end_minute' must differ from 'begin_minute'"));
+  EXPECT_THAT(
+      ParseError(with_slot({{"model", "llama-3.2-1b:q8"}, {"begin_minute", 1440}, {"end_minute", 1}})),
+      HasSubstr("field 'slot.begin_minute' must be a non-negative integer at most 1439 (got 1440)"));
+}
+
+TEST(FramesTest, StandingRejectsUnknownEarningsAndLongReasons) {
+  const Frame standing = Standing{.recent = {{.kind = "tokens", .ref = "a", .model = "m"}}};
+  EXPECT_THAT(ParseError(Edited(standing, [](json& j) { j["recent"][0]["kind"] = "bonus"; })),
+              HasSubstr("field 'recent[0].kind' must be 'tokens' or 'slot'"));
+  EXPECT_THAT(ParseError(Edited(standing, [](json& j) { j["recent"][0]["micro"] = -1; })),
+              HasSubstr("field 'recent[0].micro' must be a non-negative integer"));
+  EXPECT_THAT(ParseError(Edited(standing, [](json& j) {
+                j["idle_reasons"] = json::array({std::string(5000, 'x')});
+              })),
+              HasSubstr("field 'idle_reasons[0]' must be a string of at most 4096 bytes"));
 }
 
 TEST(FramesTest, RejectsNumbersOutOfRange) {

@@ -99,6 +99,28 @@ const std::vector<Migration> kMigrations = {
          " book TEXT PRIMARY KEY,"
          " balance BIGINT NOT NULL)",
      }},
+    {"reserved slots and their probes per day",
+     {
+         // One slot per (node, model); a lost slot stays lost.
+         "CREATE TABLE slots ("
+         " id {id},"
+         " node_id TEXT NOT NULL,"
+         " model TEXT NOT NULL,"
+         " begin_minute INTEGER NOT NULL CHECK (begin_minute BETWEEN 0 AND 1439),"
+         " end_minute INTEGER NOT NULL CHECK (end_minute BETWEEN 1 AND 1440),"
+         " state TEXT NOT NULL CHECK (state IN ('active', 'lost')),"
+         " created_ms BIGINT NOT NULL,"
+         " lost_ms BIGINT NOT NULL DEFAULT 0,"
+         " lost_reason TEXT NOT NULL DEFAULT '',"
+         " UNIQUE (node_id, model))",
+         // A row per slot and UTC day: 30 rows give a slot's rolling availability.
+         "CREATE TABLE slot_days ("
+         " slot_id BIGINT NOT NULL REFERENCES slots (id),"
+         " day BIGINT NOT NULL,"
+         " probes BIGINT NOT NULL,"
+         " answered BIGINT NOT NULL,"
+         " PRIMARY KEY (slot_id, day))",
+     }},
 };
 
 constexpr std::string_view kCreateVersionTable =

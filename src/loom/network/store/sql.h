@@ -84,4 +84,17 @@ class RowReader {
   Status status_;
 };
 
+// Decodes every row of `result` with `decode` (a row -> StatusOr<T>), naming `op` on failure.
+template <class T, class Decode>
+StatusOr<std::vector<T>> DecodeAll(std::string_view op, const SqlResult& result, Decode decode) {
+  std::vector<T> out;
+  out.reserve(result.rows.size());
+  for (const auto& row : result.rows) {
+    auto item = decode(row);
+    if (!item.ok()) return item.status().WithContext(StrCat("store: ", op));
+    out.push_back(std::move(item).value());
+  }
+  return out;
+}
+
 }  // namespace loom::network::store

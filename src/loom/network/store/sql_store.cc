@@ -86,19 +86,6 @@ StatusOr<AttemptRecord> DecodeAttempt(const Row& row) {
   return a;
 }
 
-// Decodes every row of `result` with `decode`, naming `op` on failure.
-template <class T, class Decode>
-StatusOr<std::vector<T>> DecodeAll(std::string_view op, const SqlResult& result, Decode decode) {
-  std::vector<T> out;
-  out.reserve(result.rows.size());
-  for (const Row& row : result.rows) {
-    auto item = decode(row);
-    if (!item.ok()) return item.status().WithContext(StrCat("store: ", op));
-    out.push_back(std::move(item).value());
-  }
-  return out;
-}
-
 template <class T, class Decode>
 StatusOr<std::optional<T>> DecodeOptional(std::string_view op, const SqlResult& result,
                                           Decode decode) {

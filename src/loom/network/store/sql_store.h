@@ -48,6 +48,11 @@ class SqlStore final : public Store {
   StatusOr<Released> ReleasePending(int64_t settled_by_ms, int64_t now_ms, int64_t after_tx,
                                     int64_t limit) override;
   StatusOr<std::vector<std::string>> CheckLedger() override;
+  StatusOr<SlotRecord> OfferSlot(const SlotRecord& offer) override;
+  Status RecordProbe(int64_t slot_id, int64_t day, bool answered) override;
+  StatusOr<std::vector<SlotDay>> SlotDays(int64_t slot_id, int64_t from_day) override;
+  Status LoseSlot(int64_t slot_id, int64_t now_ms, std::string_view reason) override;
+  StatusOr<std::vector<SlotRecord>> ListSlots() override;
   StatusOr<int64_t> SchemaVersion() override;
 
  private:

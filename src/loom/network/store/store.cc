@@ -50,6 +50,17 @@ std::optional<AttemptState> ParseAttemptState(std::string_view name) {
   return std::nullopt;
 }
 
+std::string_view SlotStateName(SlotState state) {
+  return state == SlotState::kActive ? "active" : "lost";
+}
+
+std::optional<SlotState> ParseSlotState(std::string_view name) {
+  for (SlotState s : {SlotState::kActive, SlotState::kLost}) {
+    if (SlotStateName(s) == name) return s;
+  }
+  return std::nullopt;
+}
+
 StatusOr<std::unique_ptr<Store>> OpenStore(std::string_view url) {
   if (url.starts_with("postgresql://") || url.starts_with("postgres://")) {
     return OpenPostgresStore(url);

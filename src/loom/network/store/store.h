@@ -109,6 +109,31 @@ inline constexpr size_t kMaxLedgerLines = 1024;                 // per transacti
 // credited to a pending book at most once.  (The stores call it; it is here for tests.)
 Status ValidateLedgerTx(const LedgerTx& tx);
 
+// ---- Reserved slots ----
+// A node's commitment to keep one model loaded through a daily window (protocol::SlotOffer).  The
+// hub probes it and keeps, per UTC day, how many probes it sent and how many were answered; a slot
+// whose availability falls below the network's bar is lost, and stays lost (the node serves as
+// spare time; a new reservation needs the operator to offer another model or the admin to clear it).
+enum class SlotState { kActive, kLost };
+std::string_view SlotStateName(SlotState s);  // "active", "lost"
+std::optional<SlotState> ParseSlotState(std::string_view name);
+
+struct SlotRecord {
+  int64_t id = 0;  // assigned by OfferSlot
+  std::string node_id;
+  std::string model;
+  int32_t begin_minute = 0, end_minute = 1440;  // UTC, [begin, end), wrapping midnight
+  SlotState state = SlotState::kActive;
+  int64_t created_ms = 0;
+  int64_t lost_ms = 0;      // when it was lost (0: active)
+  std::string lost_reason;  // why, for the operator
+};
+
+struct SlotDay {
+  int64_t day = 0;  // days since the Unix epoch (UTC)
+  int64_t probes = 0, answered = 0;
+};
+
 // Text arguments must be UTF-8 without NUL bytes (PostgreSQL cannot store NUL in text); anything
 // else is kInvalidArgument, the same on both engines.
 class Store {  // not thread-safe: the hub calls it from its one loop thread
@@ -199,6 +224,18 @@ class Store {  // not thread-safe: the hub calls it from its one loop thread
   // lines, an attempt paid twice or released beyond its credit, a finished job whose hold was not
   // given back exactly, a settlement that charged more than its reservation.
   virtual StatusOr<std::vector<std::string>> CheckLedger() = 0;
+
+  // Slots.  OfferSlot returns the stored slot of (node_id, model): a new one (active, created at
+  // offer.created_ms), or the existing one with an active slot's window updated to the offer's
+  // (a lost one stays lost).  RecordProbe adds one probe, answered or not, to the slot's day
+  // (unknown slot: kNotFound).  SlotDays lists the days >= from_day, oldest first.  LoseSlot marks
+  // an active slot lost (once; losing a lost slot again is OK and keeps the first reason).
+  // ListSlots is ordered by id.
+  virtual StatusOr<SlotRecord> OfferSlot(const SlotRecord& offer) = 0;
+  virtual Status RecordProbe(int64_t slot_id, int64_t day, bool answered) = 0;
+  virtual StatusOr<std::vector<SlotDay>> SlotDays(int64_t slot_id, int64_t from_day) = 0;
+  virtual Status LoseSlot(int64_t slot_id, int64_t now_ms, std::string_view reason) = 0;
+  virtual StatusOr<std::vector<SlotRecord>> ListSlots() = 0;
 
   // The number of the last migration applied (schema.h).
   virtual StatusOr<int64_t> SchemaVersion() = 0;
