@@ -100,9 +100,36 @@ struct Job {
   // Credits: what admission reserved (0: a free model), and each ended attempt's work.
   int64_t reserved = 0;
   std::vector<ledger::Work> work;
-  // Benchmarks (consumer == null).
+  // Benchmarks and canaries (consumer == null) are not written to the store.
   bool benchmark = false;
   int64_t bench_prompt_tokens = 0;
+  bool canary = false;
+  std::string canary_key;  // hub_verify.cc: which canary and which weights
+  bool recorded() const { return !benchmark && !canary; }
+};
+
+// hub_verify.cc: one re-execution of an attempt's output on another node (a scoring request).
+struct Check {
+  std::string id;           // the check's own id (the hub's)
+  std::string scoring_id;   // the running scoring attempt's id on the verifier
+  std::string attempt_id;   // the attempt checked ("" for a canary's)
+  std::string node_id;      // whose work it is
+  std::string model;
+  int64_t account_id = 0;   // who paid: a failed check gives the operator's share back there
+  bool priced = false;
+  std::string canary_key;   // a canary's output: on a pass it becomes the expected one
+  std::vector<int32_t> prompt;  // as the attempt saw it (the prompt and earlier attempts' tokens)
+  std::vector<int32_t> tokens;  // what the attempt returned
+  bool greedy = false;
+  double temperature = 1;
+  std::vector<std::string> tried;  // verifiers asked so far
+  bool disputed = false;    // an unestablished verifier failed it: a second one must agree
+  // The running scoring attempt (verifier empty: waiting for one).
+  std::string verifier;
+  double deadline = 0;      // no verifier by then, or no answer: the next verifier, or dropped
+  int64_t next_index = 0;
+  std::vector<int32_t> scored;
+  std::vector<double> logprobs, best;
 };
 
 class Hub::Impl {
@@ -164,6 +191,28 @@ class Hub::Impl {
   int64_t LargestContext(const std::string& model);
   void SendFrame(NodeConn& c, const protocol::Frame& f);
 
+  // hub_verify.cc: sampled re-execution, canaries and reputations (docs/network.md,
+  // "Verification").  The frames of a scoring attempt come to OnCheck* instead of a job.
+  Status LoadVerification();
+  void ConsiderChecks(const Job& job);  // at a consumer job's end, after its settlement
+  void OnCanaryEnd(const Job& job);
+  Check* CheckOfAttempt(const std::string& scoring_id);
+  void OnCheckChunk(NodeConn& c, Check& check, const protocol::Chunk& f);
+  void OnCheckComplete(NodeConn& c, Check& check);
+  // The running try of `check` ended without a verdict (an error, a timeout, scores that do
+  // not cover the tokens): the next verifier, or dropped after check_tries.
+  void NextTry(Check& check, const std::string& why);
+  void SendCheck(Check& check);
+  void StopTry(Check& check);  // forgets the running scoring attempt
+  void EndCheck(const std::string& check_id, std::optional<bool> passed, const std::string& why);
+  void CheckVerification(double now);  // deadlines, and a canary when one is due
+  void StartCanary();
+  store::NodeReputation& ReputationOf(const std::string& node_id);
+  void SaveReputation(const store::NodeReputation& r);
+  void MarkUntrusted(const std::string& node_id);
+  bool Untrusted(const std::string& node_id) const { return untrusted_.count(node_id) > 0; }
+  json VerificationJson() const;
+
   // hub_models.cc: which models stay loaded where (load_model / unload_model).
   void ManageModels(double now);
   void NoteLoaded(NodeConn& c, const std::vector<std::string>& before, double now);
@@ -208,6 +257,16 @@ class Hub::Impl {
   // API key hash -> (account, when looked up): a short cache in front of the store.
   std::unordered_map<std::string, std::pair<std::optional<int64_t>, double>> key_cache_;
   int64_t jobs_completed_ = 0, jobs_failed_ = 0, failovers_ = 0;
+  // Verification (hub_verify.cc).
+  std::string verify_seed_;
+  std::map<std::string, store::NodeReputation> reputations_;
+  std::set<std::string> untrusted_;
+  std::map<std::string, std::unique_ptr<Check>> checks_;  // check id -> check
+  std::map<std::string, std::string> check_attempts_;     // scoring attempt id -> check id
+  std::deque<json> check_log_;                            // the latest verdicts, for admins
+  std::map<std::string, std::vector<int32_t>> canary_expected_;  // canary key -> greedy output
+  double last_canary_ = 0;
+  int64_t checks_passed_ = 0, checks_failed_ = 0, checks_dropped_ = 0, canaries_sent_ = 0;
 };
 
 // Store writes the hub cannot undo are logged and the work goes on (the consumer is served).
