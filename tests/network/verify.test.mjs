@@ -184,6 +184,9 @@ describe("verified work", () => {
     t.diagnostic(`verification: ${s.verification.checks_passed} passed, ` +
                  `${s.verification.checks_failed} failed, ${s.verification.checks_dropped} dropped, ` +
                  `${s.verification.canaries_sent} canaries, share ${s.verification.share.toFixed(3)}, ` +
-                 `cheat scored ${cheat.scorings} checks`);
+                 `cheat scored ${cheat.scorings} checks; the cheat's failed checks: ` +
+                 JSON.stringify(s.verification.recent.filter((c) => c.passed === false)
+                     .map((c) => [c.greedy ? "greedy" : "sampled", c.mean_logprob?.toFixed(2),
+                                  c.mismatches, c.tokens])));
   });
 });

@@ -23,6 +23,7 @@
 #include "loom/network/placement/placement.h"
 #include "loom/network/protocol/frames.h"
 #include "loom/network/store/store.h"
+#include "loom/network/verify/verify.h"
 
 namespace loom::network::hub {
 
@@ -119,6 +120,10 @@ struct Check {
   bool priced = false;
   std::string canary_key;   // a canary's output: on a pass it becomes the expected one
   std::vector<int32_t> prompt;  // as the attempt saw it (the prompt and earlier attempts' tokens)
+  // A completion's text prompt as the consumer sent it (a first attempt's, a canary's): sent to
+  // the verifier instead of `prompt`, whose own tokenization must then equal `prompt`.
+  json prompt_text;
+  std::vector<int32_t> verifier_prompt;  // the verifier's tokenization (accepted)
   std::vector<int32_t> tokens;  // what the attempt returned
   bool greedy = false;
   double temperature = 1;
@@ -130,6 +135,7 @@ struct Check {
   int64_t next_index = 0;
   std::vector<int32_t> scored;
   std::vector<double> logprobs, best;
+  verify::Verdict verdict;  // the last comparison, for the log
 };
 
 class Hub::Impl {
@@ -197,6 +203,7 @@ class Hub::Impl {
   void ConsiderChecks(const Job& job);  // at a consumer job's end, after its settlement
   void OnCanaryEnd(const Job& job);
   Check* CheckOfAttempt(const std::string& scoring_id);
+  void OnCheckAccepted(NodeConn& c, Check& check, const protocol::Accepted& f);
   void OnCheckChunk(NodeConn& c, Check& check, const protocol::Chunk& f);
   void OnCheckComplete(NodeConn& c, Check& check);
   // The running try of `check` ended without a verdict (an error, a timeout, scores that do

@@ -356,7 +356,7 @@ void Hub::Impl::StartAttempt(Job& job, NodeConn& node, const placement::Decision
 }
 
 void Hub::Impl::OnAccepted(NodeConn& c, const protocol::Accepted& f) {
-  if (CheckOfAttempt(f.attempt_id) != nullptr) return;  // a scoring request's prompt is ours
+  if (Check* check = CheckOfAttempt(f.attempt_id)) return OnCheckAccepted(c, *check, f);
   Job* job = JobOfAttempt(f.attempt_id);
   if (job == nullptr || job->node_id != c.node_id) return;  // stale: cancelled or failed over
   if (!job->prompt_known && job->generated.empty()) {

@@ -112,6 +112,12 @@ void Hub::Impl::ConsiderChecks(const Job& job) {
     check->tokens.assign(job.generated.begin() + begin, job.generated.begin() + offset);
     check->greedy = decoding.greedy;
     check->temperature = decoding.temperature;
+    // A completion's first attempt: the verifier tokenizes the consumer's text itself, so a node
+    // cannot make its output plausible by misreporting the prompt.
+    if (begin == 0 && !job.chat && job.request.contains("prompt") &&
+        job.request["prompt"].is_string()) {
+      check->prompt_text = job.request["prompt"];
+    }
     Check& ref = *check;
     if (!checks_.emplace(check->id, std::move(check)).second) continue;
     SendCheck(ref);
@@ -142,6 +148,7 @@ void Hub::Impl::OnCanaryEnd(const Job& job) {
   check->tokens = job.generated;
   check->greedy = true;
   check->temperature = 0;
+  check->prompt_text = job.request["prompt"];
   Check& ref = *check;
   if (!checks_.emplace(check->id, std::move(check)).second) return;
   SendCheck(ref);
@@ -178,6 +185,7 @@ void Hub::Impl::SendCheck(Check& check) {
   check.scored.clear();
   check.logprobs.clear();
   check.best.clear();
+  check.verifier_prompt.clear();
   check_attempts_[check.scoring_id] = check.id;
 
   protocol::Assign a;
@@ -185,7 +193,7 @@ void Hub::Impl::SendCheck(Check& check) {
   a.model = check.model;
   a.endpoint = "completion";
   a.request = json{{"model", check.model},
-                   {"prompt", check.prompt},
+                   {"prompt", check.prompt_text.is_null() ? json(check.prompt) : check.prompt_text},
                    {"score_token_ids", check.tokens},
                    {"logprobs", 1},
                    {"max_tokens", static_cast<int64_t>(check.tokens.size())},
@@ -209,6 +217,10 @@ Check* Hub::Impl::CheckOfAttempt(const std::string& scoring_id) {
   return c == checks_.end() ? nullptr : c->second.get();
 }
 
+void Hub::Impl::OnCheckAccepted(NodeConn& c, Check& check, const protocol::Accepted& f) {
+  if (c.node_id == check.verifier) check.verifier_prompt = f.prompt_token_ids;
+}
+
 void Hub::Impl::OnCheckChunk(NodeConn& c, Check& check, const protocol::Chunk& f) {
   if (c.node_id != check.verifier) return;
   if (f.index != check.next_index || f.logprobs.size() != f.token_ids.size()) {
@@ -228,8 +240,13 @@ void Hub::Impl::OnCheckComplete(NodeConn& c, Check& check) {
     return NextTry(check, "the verifier scored other tokens than it was sent");
   }
   verify::Thresholds thresholds;
-  const verify::Verdict v =
+  verify::Verdict v =
       verify::Compare(check.greedy, check.temperature, check.logprobs, check.best, thresholds);
+  if (!check.prompt_text.is_null() && check.verifier_prompt != check.prompt) {
+    v.passed = false;
+    v.reason = "the node reported other prompt tokens than the verifier's tokenization";
+  }
+  check.verdict = v;
   if (v.passed) return EndCheck(check.id, true, "");
   // A failure counts when the verifier is established (it passed a check of its own and failed
   // none in its window) or a second verifier agrees; else another verifier is asked.
@@ -288,6 +305,11 @@ void Hub::Impl::EndCheck(const std::string& check_id, std::optional<bool> passed
     const bool newly_untrusted = verify::Record(&rep, *passed, now_ms, RateFor(options_));
     SaveReputation(rep);
     log["passed"] = *passed;
+    if (check.verdict.tokens > 0) {
+      log["mean_logprob"] = check.verdict.mean_logprob;
+      log["min_logprob"] = check.verdict.min_logprob;
+      log["mismatches"] = check.verdict.mismatches;
+    }
     if (*passed) {
       checks_passed_ += 1;
       if (!check.canary_key.empty()) canary_expected_.emplace(check.canary_key, check.tokens);
