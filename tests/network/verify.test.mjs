@@ -9,6 +9,7 @@ import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import crypto from "node:crypto";
 import fs from "node:fs";
+import path from "node:path";
 
 import OpenAI from "openai";
 
@@ -16,7 +17,7 @@ import {
   FACTS, handMadeNode, hubJobs, hubStatus, loom, makeKey, nodeSocket, startHub, startNode,
   waitForNode,
 } from "./helpers.mjs";
-import { requireShared, storiesModel, waitFor } from "../serve/helpers.mjs";
+import { requireShared, storiesModel, synthModel, tmpDir, waitFor } from "../serve/helpers.mjs";
 
 const PRICES = ["--price", "*=1000:2000", "--operator-share", "0.9"];
 const json = async (args) => JSON.parse(await loom(args));
@@ -88,6 +89,51 @@ async function startCheat(hub, modelPath) {
   return cheat;
 }
 
+const PROMPTS = ["Once upon a time", "The little dog", "Lily and Ben went", "One day a bird",
+                 "Tim had a big red", "The sun was hot and"];
+// A round of `n` concurrent requests, greedy and sampled; every one is answered.
+async function round(client, n) {
+  const all = [];
+  for (let i = 0; i < n; i++) {
+    const greedy = i % 2 === 0;
+    all.push(client.completions.create({
+      model: "stories260K", prompt: PROMPTS[crypto.randomInt(PROMPTS.length)],
+      max_tokens: 16 + crypto.randomInt(24),
+      ...(greedy ? { temperature: 0 } : { temperature: 0.8, seed: crypto.randomInt(1e9) }),
+    }));
+  }
+  for (const res of await Promise.all(all)) assert.ok(res.usage.completion_tokens > 0);
+}
+const nodeRep = (s, id) => s.verification.nodes.find((n) => n.node_id === id);
+const HUB_ARGS = [...PRICES, "--verify-window-s", "3600", "--verify-rate", "1", "--verify-floor",
+                  "0.2", "--canary-interval-s", "1", "--check-wait-s", "30"];
+
+// Sends traffic until node `id` is untrusted; then waits for the checks in flight to end.
+async function untilUntrusted(hub, client, id) {
+  let s;
+  const caught = await waitFor(async () => {
+    await round(client, 6);
+    s = await hubStatus(hub);
+    return nodeRep(s, id)?.untrusted === true;
+  }, { timeoutMs: 120000, stepMs: 10 });
+  assert.ok(caught, `node ${id} was not caught: ${JSON.stringify(s?.verification)}`);
+  assert.ok(await waitFor(async () => (await hubStatus(hub)).verification.checks_running === 0,
+                          { timeoutMs: 60000, stepMs: 200 }));
+  return hubStatus(hub);
+}
+
+// The honest nodes passed checks and failed none.
+function assertHonest(s, honest) {
+  for (const n of honest) {
+    const r = nodeRep(s, n.id);
+    assert.ok(r, `node ${n.name} has no reputation`);
+    assert.equal(r.checks_failed, 0,
+                 `honest node ${n.name} was flagged: ${JSON.stringify(s.verification.recent)}`);
+    assert.equal(r.untrusted, false);
+    assert.ok(r.checks_passed > 0, JSON.stringify(r));
+  }
+}
+
 describe("verified work", () => {
   let hub;
   const honest = [];
@@ -96,9 +142,7 @@ describe("verified work", () => {
 
   before(async () => {
     if (!storiesModel()) return;
-    hub = await startHub({ args: [...PRICES, "--verify-window-s", "3600", "--verify-rate", "1",
-                                  "--verify-floor", "0.2", "--canary-interval-s", "1",
-                                  "--check-wait-s", "30"] });
+    hub = await startHub({ args: HUB_ARGS });
     client = new OpenAI({ baseURL: hub.base, apiKey: await makeKey(hub.db, "alice"), maxRetries: 0 });
     await loom(["hub", "account", "credit", "alice", "1000", "--db", hub.db]);
     for (const name of ["a", "b"]) honest.push(await startNode(hub, name, [storiesModel()]));
@@ -110,47 +154,15 @@ describe("verified work", () => {
     if (hub) await hub.stop();
   });
 
-  const PROMPTS = ["Once upon a time", "The little dog", "Lily and Ben went", "One day a bird",
-                   "Tim had a big red", "The sun was hot and"];
-  // A round of concurrent requests, greedy and sampled; every one is answered.
-  async function round(n) {
-    const all = [];
-    for (let i = 0; i < n; i++) {
-      const greedy = i % 2 === 0;
-      all.push(client.completions.create({
-        model: "stories260K", prompt: PROMPTS[crypto.randomInt(PROMPTS.length)],
-        max_tokens: 16 + crypto.randomInt(24),
-        ...(greedy ? { temperature: 0 } : { temperature: 0.8, seed: crypto.randomInt(1e9) }),
-      }));
-    }
-    for (const res of await Promise.all(all)) assert.ok(res.usage.completion_tokens > 0);
-  }
   const nodeRep = (s, id) => s.verification.nodes.find((n) => n.node_id === id);
 
   test("the cheat is caught; the honest nodes never are", async (t) => {
     if (!requireShared(t)) return;
-    let s;
-    const caught = await waitFor(async () => {
-      await round(6);
-      s = await hubStatus(hub);
-      return nodeRep(s, cheat.id)?.untrusted === true;
-    }, { timeoutMs: 120000, stepMs: 10 });
-    assert.ok(caught, `the cheat was not caught: ${JSON.stringify(s?.verification)}`);
-    // Checks still running finish (or are dropped) before the books are read.
-    assert.ok(await waitFor(async () => (await hubStatus(hub)).verification.checks_running === 0,
-                            { timeoutMs: 60000, stepMs: 200 }));
-    s = await hubStatus(hub);
-    const v = s.verification;
+    let s = await untilUntrusted(hub, client, cheat.id);
     const bad = nodeRep(s, cheat.id);
     assert.ok(bad.checks_failed >= 3, JSON.stringify(bad));
     assert.equal(s.nodes.find((n) => n.node_id === cheat.id)?.untrusted, true);
-    for (const n of honest) {
-      const r = nodeRep(s, n.id);
-      assert.ok(r, `node ${n.name} has no reputation`);
-      assert.equal(r.checks_failed, 0, `honest node ${n.name} was flagged: ${JSON.stringify(v.recent)}`);
-      assert.equal(r.untrusted, false);
-      assert.ok(r.checks_passed > 0, JSON.stringify(r));
-    }
+    assertHonest(s, honest);
     // The cheat served real traffic and was paid for it, but none of that credit is left to it.
     const jobs = await hubJobs(hub.db);
     const byNode = (id) => jobs.flatMap((j) => j.attempts).filter((a) => a.node_id === id && a.tokens > 0);
@@ -158,17 +170,23 @@ describe("verified work", () => {
     for (const n of honest) assert.ok(byNode(n.id).length > 0, `node ${n.name} got no work`);
     assert.equal((await book(hub.db, `pending:${cheat.id}`)).balance, 0);
     assert.equal((await book(hub.db, `available:${cheat.id}`)).balance, 0);
-    const taken = (await book(hub.db, `pending:${cheat.id}`)).transactions
-        .filter((tx) => tx.kind === "void" || tx.kind === "forfeit");
-    assert.ok(taken.some((tx) => tx.kind === "void"), "no attempt of the cheat was voided");
-    assert.ok(taken.some((tx) => tx.kind === "forfeit"), "the cheat's credit was not forfeited");
+    // Every micro-credit it was paid went back: to the consumer by a failed check's void, or to
+    // the fee by the forfeit when it became untrusted (whatever no check had voided by then).
+    const pendingBook = `pending:${cheat.id}`;
+    const ledgerOf = (await book(hub.db, pendingBook)).transactions;
+    const sum = (kind) => ledgerOf.filter((tx) => tx.kind === kind)
+        .flatMap((tx) => tx.lines).filter((l) => l.book === pendingBook)
+        .reduce((a, l) => a + Math.abs(l.amount), 0);
+    const paid = sum("settle"), voided = sum("void"), forfeited = sum("forfeit");
+    assert.ok(paid > 0 && voided > 0, JSON.stringify({ paid, voided, forfeited }));
+    assert.equal(voided + forfeited, paid);
     for (const n of honest) assert.ok((await book(hub.db, `pending:${n.id}`)).balance > 0);
     assert.deepEqual((await check(hub.db)).problems, []);
 
     // From now on the cheat gets nothing: neither consumer work nor canaries nor checks.
     const before = new Set(jobs.map((j) => j.job_id));
     const assigned = cheat.assigns;
-    await round(6);
+    await round(client, 6);
     await new Promise((r) => setTimeout(r, 1500));  // a canary or two
     assert.equal(cheat.assigns, assigned);
     const later = (await hubJobs(hub.db)).filter((j) => !before.has(j.job_id));
@@ -184,9 +202,46 @@ describe("verified work", () => {
     t.diagnostic(`verification: ${s.verification.checks_passed} passed, ` +
                  `${s.verification.checks_failed} failed, ${s.verification.checks_dropped} dropped, ` +
                  `${s.verification.canaries_sent} canaries, share ${s.verification.share.toFixed(3)}, ` +
-                 `cheat scored ${cheat.scorings} checks; the cheat's failed checks: ` +
+                 `cheat scored ${cheat.scorings} checks; its credit ${paid}: voided ${voided}, ` +
+                 `forfeited ${forfeited}; the cheat's failed checks: ` +
                  JSON.stringify(s.verification.recent.filter((c) => c.passed === false)
                      .map((c) => [c.greedy ? "greedy" : "sampled", c.mean_logprob?.toFixed(2),
                                   c.mismatches, c.tokens])));
+  });
+});
+
+// The cheat a real node can be: `loom node` names a model by its file's stem and the hub checks
+// nothing else, so another model's file called stories260K.gguf is served under that name.
+describe("another model under the same name", () => {
+  let hub;
+  const honest = [];
+  let impostor;
+  let client;
+
+  before(async () => {
+    if (!storiesModel()) return;
+    const dir = fs.mkdtempSync(path.join(tmpDir(), "impostor-"));
+    const file = path.join(dir, "stories260K.gguf");
+    fs.copyFileSync(await synthModel("f32", "tiny"), file);
+    hub = await startHub({ args: HUB_ARGS });
+    client = new OpenAI({ baseURL: hub.base, apiKey: await makeKey(hub.db, "bob"), maxRetries: 0 });
+    await loom(["hub", "account", "credit", "bob", "1000", "--db", hub.db]);
+    for (const name of ["c", "d"]) honest.push(await startNode(hub, name, [storiesModel()]));
+    impostor = await startNode(hub, "impostor", [file]);
+  });
+  after(async () => {
+    for (const n of [...honest, impostor]) if (n) await n.stop();
+    if (hub) await hub.stop();
+  });
+
+  test("the node serving another model is caught; the honest ones are not", async (t) => {
+    if (!requireShared(t)) return;
+    const s = await untilUntrusted(hub, client, impostor.id);
+    assertHonest(s, honest);
+    assert.equal((await book(hub.db, `pending:${impostor.id}`)).balance, 0);
+    assert.equal((await book(hub.db, `available:${impostor.id}`)).balance, 0);
+    assert.deepEqual((await check(hub.db)).problems, []);
+    t.diagnostic(`impostor's failed checks: ` + JSON.stringify(
+        s.verification.recent.filter((c) => c.passed === false).map((c) => c.why)));
   });
 });

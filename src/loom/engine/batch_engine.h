@@ -202,6 +202,7 @@ class BatchEngine {
 
   EngineStats Stats() const;
   int64_t context() const { return model_.context(); }
+  int64_t vocab() const { return vocab_; }
   int64_t n_slots() const { return n_slots_; }
   const text::Tokenizer& tokenizer() const { return tokenizer_; }
 

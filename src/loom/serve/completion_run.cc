@@ -319,6 +319,16 @@ void RunCompletion(ServeContext& ctx, const std::shared_ptr<Exchange>& exchange,
                           "context_length_exceeded"));
     return;
   }
+  for (int32_t id : gen.score_token_ids) {
+    if (id >= ctx.engine->vocab()) {  // (the engine would refuse it too, naming the prompt)
+      RespondError(*exchange, BadParam("score_token_ids",
+                                       "token id " + std::to_string(id) +
+                                           " is outside the vocabulary (" +
+                                           std::to_string(ctx.engine->vocab()) + " tokens)",
+                                       "token_out_of_vocabulary"));
+      return;
+    }
+  }
   if (n_score == 0 && gen.max_tokens && *gen.max_tokens > context) {
     RespondError(*exchange, BadParam("max_tokens",
                                      "max_tokens is " + std::to_string(*gen.max_tokens) +

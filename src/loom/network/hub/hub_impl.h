@@ -132,6 +132,7 @@ struct Check {
   // The running scoring attempt (verifier empty: waiting for one).
   std::string verifier;
   double deadline = 0;      // no verifier by then, or no answer: the next verifier, or dropped
+  double next_look = 0;     // waiting for a verifier: when to look again
   int64_t next_index = 0;
   std::vector<int32_t> scored;
   std::vector<double> logprobs, best;
@@ -206,6 +207,9 @@ class Hub::Impl {
   void OnCheckAccepted(NodeConn& c, Check& check, const protocol::Accepted& f);
   void OnCheckChunk(NodeConn& c, Check& check, const protocol::Chunk& f);
   void OnCheckComplete(NodeConn& c, Check& check);
+  // The verifier found the node's output wrong: it counts when the verifier is established or a
+  // second one agrees, else the next verifier is asked.
+  void OnCheckFailed(Check& check, const std::string& why);
   // The running try of `check` ended without a verdict (an error, a timeout, scores that do
   // not cover the tokens): the next verifier, or dropped after check_tries.
   void NextTry(Check& check, const std::string& why);

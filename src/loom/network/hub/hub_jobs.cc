@@ -436,8 +436,10 @@ void Hub::Impl::OnNodeError(NodeConn& c, const protocol::Error& f) {
     return;
   }
   if (Check* check = CheckOfAttempt(*f.attempt_id)) {
-    if (check->verifier == c.node_id) NextTry(*check, "the verifier: " + f.message);
-    return;
+    if (check->verifier != c.node_id) return;
+    // Tokens the model does not have are the node's fault; any other refusal the verifier's.
+    if (f.code == "token_out_of_vocabulary") return OnCheckFailed(*check, f.message);
+    return NextTry(*check, "the verifier: " + f.message);
   }
   Job* job = JobOfAttempt(*f.attempt_id);
   if (job == nullptr || job->node_id != c.node_id) return;

@@ -18,6 +18,8 @@ namespace loom::network::hub {
 namespace {
 
 constexpr size_t kMaxCheckLog = 256;
+// Checks waiting or running at once; beyond, a sampled attempt is not checked (counted dropped).
+constexpr size_t kMaxChecks = 4096;
 
 // Canary prompts: short, plain text completions with a few max_tokens, as consumers send them.
 struct CanaryPrompt {
@@ -100,6 +102,10 @@ void Hub::Impl::ConsiderChecks(const Job& job) {
         !verify::Sampled(verify_seed_, w.attempt_id, verify::CheckRate(rep, config))) {
       continue;
     }
+    if (checks_.size() >= kMaxChecks) {
+      checks_dropped_ += 1;
+      continue;
+    }
     auto check = std::make_unique<Check>();
     check->id = "check-" + w.attempt_id;
     check->attempt_id = w.attempt_id;
@@ -139,6 +145,10 @@ void Hub::Impl::OnCanaryEnd(const Job& job) {
     return;
   }
   // Not known yet, or different: a re-execution decides (and on a pass makes it known).
+  if (checks_.size() >= kMaxChecks) {
+    checks_dropped_ += 1;
+    return;
+  }
   auto check = std::make_unique<Check>();
   check->id = "check-" + job.id;
   check->node_id = job.node_id;
@@ -176,7 +186,10 @@ void Hub::Impl::SendCheck(Check& check) {
       if (loaded && (best == nullptr || c.attempts.size() < best->attempts.size())) best = &c;
     }
   }
-  if (best == nullptr) return;  // CheckVerification tries again until the deadline
+  if (best == nullptr) {  // CheckVerification looks again every second until the deadline
+    check.next_look = now + 1;
+    return;
+  }
   check.verifier = best->node_id;
   check.tried.push_back(best->node_id);
   check.scoring_id = NewAttemptLikeId();
@@ -248,14 +261,18 @@ void Hub::Impl::OnCheckComplete(NodeConn& c, Check& check) {
   }
   check.verdict = v;
   if (v.passed) return EndCheck(check.id, true, "");
+  OnCheckFailed(check, v.reason);
+}
+
+void Hub::Impl::OnCheckFailed(Check& check, const std::string& why) {
   // A failure counts when the verifier is established (it passed a check of its own and failed
   // none in its window) or a second verifier agrees; else another verifier is asked.
   const auto it = reputations_.find(check.verifier);
   const bool established = it != reputations_.end() && it->second.checks_passed > 0 &&
                            it->second.window_failures == 0 && !it->second.untrusted;
-  if (established || check.disputed) return EndCheck(check.id, false, v.reason);
+  if (established || check.disputed) return EndCheck(check.id, false, why);
   check.disputed = true;
-  NextTry(check, "an unestablished verifier failed it (" + v.reason + "): a second must agree");
+  NextTry(check, "an unestablished verifier failed it (" + why + "): a second must agree");
 }
 
 void Hub::Impl::StopTry(Check& check) {
@@ -348,8 +365,8 @@ void Hub::Impl::CheckVerification(double now) {
     Check& check = *it->second;
     if (check.verifier.empty()) {
       if (now > check.deadline) {
-        EndCheck(id, std::nullopt, "no other node that holds '" + check.model + "' was free");
-      } else {
+        EndCheck(id, std::nullopt, "no other node had '" + check.model + "' loaded");
+      } else if (now >= check.next_look) {
         SendCheck(check);
       }
     } else if (now > check.deadline || ReadyNode(check.verifier) == nullptr) {
