@@ -6,7 +6,7 @@
 // hub's `verification.share`) and the checks so far; at the end, the log-probability statistics
 // of the honest sampled and greedy checks (what the thresholds must let through).
 //
-//   node bench/verify_share.mjs [--rounds 20] [--concurrency 8] [--json]
+//   node bench/verify_share.mjs [--rounds 20] [--concurrency 8] [--canary-interval-s 300] [--json]
 //
 // Binary: $LOOM_BIN, else build/src/loom/cli/loom; model: ../shared (or $LOOM_SHARED_DIR).
 import crypto from "node:crypto";
@@ -23,7 +23,7 @@ const asJson = process.argv.includes("--json");
 if (!storiesModel()) throw new Error("no ../shared/models/stories260K");
 
 const hub = await startHub({ args: ["--price", "*=1000:2000", "--verify-window-s", "3600",
-                                    "--canary-interval-s", "5"] });
+                                    "--canary-interval-s", String(arg("canary-interval-s", 300))] });
 const key = await makeKey(hub.db, "bench");
 await loom(["hub", "account", "credit", "bench", "1000", "--db", hub.db]);
 const nodes = [];

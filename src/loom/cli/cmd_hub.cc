@@ -382,16 +382,16 @@ void AddHubCommand(CLI::App& app, Action* action) {
       }
       if (j.contains("verification") && j["verification"].is_object()) {
         const json& v = j["verification"];
-        std::printf("  verification: %lld passed, %lld failed, %lld dropped, %lld running; "
-                    "%lld check tokens of %lld (%.2f%% of the network's compute)\n",
-                    static_cast<long long>(v.value("checks_passed", 0)),
-                    static_cast<long long>(v.value("checks_failed", 0)),
-                    static_cast<long long>(v.value("checks_dropped", 0)),
-                    static_cast<long long>(v.value("checks_running", 0)),
-                    static_cast<long long>(v.value("check_tokens", 0)),
-                    static_cast<long long>(v.value("check_tokens", 0) +
-                                           v.value("served_tokens", 0)),
-                    100 * v.value("share", 0.0));
+        std::printf(
+            "  verification: %lld passed, %lld failed, %lld dropped, %lld running; "
+            "%lld check tokens of %lld (%.2f%% of the network's compute)\n",
+            static_cast<long long>(v.value("checks_passed", 0)),
+            static_cast<long long>(v.value("checks_failed", 0)),
+            static_cast<long long>(v.value("checks_dropped", 0)),
+            static_cast<long long>(v.value("checks_running", 0)),
+            static_cast<long long>(v.value("check_tokens", 0)),
+            static_cast<long long>(v.value("check_tokens", 0) + v.value("served_tokens", 0)),
+            100 * v.value("share", 0.0));
         for (const auto& n : v.value("nodes", json::array())) {
           std::printf("    %-22s %s checks %lld passed / %lld failed, rate %.3f%s\n",
                       n.value("node_id", "").c_str(),

@@ -321,11 +321,11 @@ void RunCompletion(ServeContext& ctx, const std::shared_ptr<Exchange>& exchange,
   }
   for (int32_t id : gen.score_token_ids) {
     if (id >= ctx.engine->vocab()) {  // (the engine would refuse it too, naming the prompt)
-      RespondError(*exchange, BadParam("score_token_ids",
-                                       "token id " + std::to_string(id) +
-                                           " is outside the vocabulary (" +
-                                           std::to_string(ctx.engine->vocab()) + " tokens)",
-                                       "token_out_of_vocabulary"));
+      RespondError(*exchange,
+                   BadParam("score_token_ids",
+                            "token id " + std::to_string(id) + " is outside the vocabulary (" +
+                                std::to_string(ctx.engine->vocab()) + " tokens)",
+                            "token_out_of_vocabulary"));
       return;
     }
   }

@@ -111,28 +111,28 @@ struct Job {
 
 // hub_verify.cc: one re-execution of an attempt's output on another node (a scoring request).
 struct Check {
-  std::string id;           // the check's own id (the hub's)
-  std::string scoring_id;   // the running scoring attempt's id on the verifier
-  std::string attempt_id;   // the attempt checked ("" for a canary's)
-  std::string node_id;      // whose work it is
+  std::string id;          // the check's own id (the hub's)
+  std::string scoring_id;  // the running scoring attempt's id on the verifier
+  std::string attempt_id;  // the attempt checked ("" for a canary's)
+  std::string node_id;     // whose work it is
   std::string model;
-  int64_t account_id = 0;   // who paid: a failed check gives the operator's share back there
+  int64_t account_id = 0;  // who paid: a failed check gives the operator's share back there
   bool priced = false;
-  std::string canary_key;   // a canary's output: on a pass it becomes the expected one
+  std::string canary_key;       // a canary's output: on a pass it becomes the expected one
   std::vector<int32_t> prompt;  // as the attempt saw it (the prompt and earlier attempts' tokens)
   // A completion's text prompt as the consumer sent it (a first attempt's, a canary's): sent to
   // the verifier instead of `prompt`, whose own tokenization must then equal `prompt`.
   json prompt_text;
   std::vector<int32_t> verifier_prompt;  // the verifier's tokenization (accepted)
-  std::vector<int32_t> tokens;  // what the attempt returned
+  std::vector<int32_t> tokens;           // what the attempt returned
   bool greedy = false;
   double temperature = 1;
   std::vector<std::string> tried;  // verifiers asked so far
-  bool disputed = false;    // an unestablished verifier failed it: a second one must agree
+  bool disputed = false;           // an unestablished verifier failed it: a second one must agree
   // The running scoring attempt (verifier empty: waiting for one).
   std::string verifier;
-  double deadline = 0;      // no verifier by then, or no answer: the next verifier, or dropped
-  double next_look = 0;     // waiting for a verifier: when to look again
+  double deadline = 0;   // no verifier by then, or no answer: the next verifier, or dropped
+  double next_look = 0;  // waiting for a verifier: when to look again
   int64_t next_index = 0;
   std::vector<int32_t> scored;
   std::vector<double> logprobs, best;
@@ -272,9 +272,9 @@ class Hub::Impl {
   std::string verify_seed_;
   std::map<std::string, store::NodeReputation> reputations_;
   std::set<std::string> untrusted_;
-  std::map<std::string, std::unique_ptr<Check>> checks_;  // check id -> check
-  std::map<std::string, std::string> check_attempts_;     // scoring attempt id -> check id
-  std::deque<json> check_log_;                            // the latest verdicts, for admins
+  std::map<std::string, std::unique_ptr<Check>> checks_;         // check id -> check
+  std::map<std::string, std::string> check_attempts_;            // scoring attempt id -> check id
+  std::deque<json> check_log_;                                   // the latest verdicts, for admins
   std::map<std::string, std::vector<int32_t>> canary_expected_;  // canary key -> greedy output
   double last_canary_ = 0;
   int64_t checks_passed_ = 0, checks_failed_ = 0, checks_dropped_ = 0, canaries_sent_ = 0;

@@ -541,8 +541,8 @@ void Hub::Impl::EndJob(Job& job, store::JobState state, const std::string& finis
   }
   if (job.recorded()) {
     LogError(store_->FinishJob(job.id, state, base::UnixMillis(), prompt_tokens,
-                              static_cast<int64_t>(job.generated.size()), finish_reason, error,
-                              settle ? &*settle : nullptr));
+                               static_cast<int64_t>(job.generated.size()), finish_reason, error,
+                               settle ? &*settle : nullptr));
     if (state == store::JobState::kCompleted) {
       jobs_completed_ += 1;
     } else {

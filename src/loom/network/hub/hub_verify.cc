@@ -27,14 +27,10 @@ struct CanaryPrompt {
   int64_t max_tokens;
 };
 constexpr CanaryPrompt kCanaries[] = {
-    {"Once upon a time, there was a little", 24},
-    {"The sun was shining and the birds", 16},
-    {"Tom and his mom went to the park to", 32},
-    {"Lily had a red ball. One day", 20},
-    {"In a small house near the woods lived", 28},
-    {"The cat looked at the big tree and", 18},
-    {"Ben wanted to help his dad with the", 24},
-    {"It was a cold morning when Sue found", 30},
+    {"Once upon a time, there was a little", 24},  {"The sun was shining and the birds", 16},
+    {"Tom and his mom went to the park to", 32},   {"Lily had a red ball. One day", 20},
+    {"In a small house near the woods lived", 28}, {"The cat looked at the big tree and", 18},
+    {"Ben wanted to help his dad with the", 24},   {"It was a cold morning when Sue found", 30},
 };
 
 verify::RateConfig RateFor(const HubOptions& o) {
@@ -61,8 +57,8 @@ Status Hub::Impl::LoadVerification() {
     if (r.untrusted) {
       untrusted_.insert(r.node_id);
       // A forfeit the last run did not get to (or credit settled after it).
-      LogError(store_->ForfeitPending(r.node_id, "the node is untrusted", base::UnixMillis())
-                   .status());
+      LogError(
+          store_->ForfeitPending(r.node_id, "the node is untrusted", base::UnixMillis()).status());
     }
     reputations_[r.node_id] = std::move(r);
   }
@@ -94,8 +90,8 @@ void Hub::Impl::ConsiderChecks(const Job& job) {
     SaveReputation(rep);
     if (Untrusted(w.node_id)) {
       // It ran while it was found out: what it was just paid is forfeited too.
-      LogError(store_->ForfeitPending(w.node_id, "the node is untrusted", base::UnixMillis())
-                   .status());
+      LogError(
+          store_->ForfeitPending(w.node_id, "the node is untrusted", base::UnixMillis()).status());
       continue;
     }
     if (options_.verify_rate <= 0 ||
@@ -132,6 +128,11 @@ void Hub::Impl::ConsiderChecks(const Job& job) {
 
 void Hub::Impl::OnCanaryEnd(const Job& job) {
   if (job.generated.empty() || !job.prompt_known) return;
+  {  // A canary is verification's cost too: its node's prompt and tokens.
+    store::NodeReputation& rep = ReputationOf(job.node_id);
+    rep.check_tokens += static_cast<int64_t>(job.prompt_ids.size() + job.generated.size());
+    SaveReputation(rep);
+  }
   auto expected = canary_expected_.find(job.canary_key);
   if (expected != canary_expected_.end() && expected->second == job.generated) {
     // The known greedy output, token for token: a pass without a re-execution.
@@ -139,8 +140,10 @@ void Hub::Impl::OnCanaryEnd(const Job& job) {
     verify::Record(&rep, true, base::UnixMillis(), RateFor(options_));
     SaveReputation(rep);
     checks_passed_ += 1;
-    check_log_.push_back(json{{"node_id", job.node_id}, {"canary", job.canary_key},
-                              {"passed", true}, {"how", "the canary's known output"}});
+    check_log_.push_back(json{{"node_id", job.node_id},
+                              {"canary", job.canary_key},
+                              {"passed", true},
+                              {"how", "the canary's known output"}});
     if (check_log_.size() > kMaxCheckLog) check_log_.pop_front();
     return;
   }
@@ -237,9 +240,9 @@ void Hub::Impl::OnCheckAccepted(NodeConn& c, Check& check, const protocol::Accep
 void Hub::Impl::OnCheckChunk(NodeConn& c, Check& check, const protocol::Chunk& f) {
   if (c.node_id != check.verifier) return;
   if (f.index != check.next_index || f.logprobs.size() != f.token_ids.size()) {
-    return NextTry(check, "the verifier sent chunk " + std::to_string(f.index) +
-                              (f.logprobs.size() != f.token_ids.size() ? " without scores"
-                                                                       : " out of order"));
+    return NextTry(
+        check, "the verifier sent chunk " + std::to_string(f.index) +
+                   (f.logprobs.size() != f.token_ids.size() ? " without scores" : " out of order"));
   }
   check.next_index += 1;
   check.scored.insert(check.scored.end(), f.token_ids.begin(), f.token_ids.end());
@@ -309,8 +312,10 @@ void Hub::Impl::EndCheck(const std::string& check_id, std::optional<bool> passed
   Check& check = *it->second;
   StopTry(check);
   const int64_t now_ms = base::UnixMillis();
-  json log{{"node_id", check.node_id}, {"verifiers", check.tried},
-           {"tokens", static_cast<int64_t>(check.tokens.size())}, {"greedy", check.greedy}};
+  json log{{"node_id", check.node_id},
+           {"verifiers", check.tried},
+           {"tokens", static_cast<int64_t>(check.tokens.size())},
+           {"greedy", check.greedy}};
   if (!check.attempt_id.empty()) log["attempt_id"] = check.attempt_id;
   if (!check.canary_key.empty()) log["canary"] = check.canary_key;
   if (!passed) {
@@ -333,12 +338,11 @@ void Hub::Impl::EndCheck(const std::string& check_id, std::optional<bool> passed
     } else {
       checks_failed_ += 1;
       log["why"] = why;
-      std::fprintf(stderr, "hub: node %s failed a check: %s\n", check.node_id.c_str(),
-                   why.c_str());
+      std::fprintf(stderr, "hub: node %s failed a check: %s\n", check.node_id.c_str(), why.c_str());
       if (check.priced && !check.attempt_id.empty()) {
-        StatusOr<int64_t> voided = store_->VoidAttempt(
-            check.attempt_id, ledger::ConsumerBook(check.account_id), "failed a check: " + why,
-            now_ms);
+        StatusOr<int64_t> voided =
+            store_->VoidAttempt(check.attempt_id, ledger::ConsumerBook(check.account_id),
+                                "failed a check: " + why, now_ms);
         LogError(voided.status());
         if (voided.ok()) log["voided"] = *voided;
       }
@@ -457,9 +461,9 @@ json Hub::Impl::VerificationJson() const {
               {"served_tokens", served},
               {"check_tokens", checked},
               // Tokens spent on checks over all tokens the network computed (its work and checks).
-              {"share", served + checked > 0 ? static_cast<double>(checked) /
-                                                   static_cast<double>(served + checked)
-                                             : 0.0},
+              {"share", served + checked > 0
+                            ? static_cast<double>(checked) / static_cast<double>(served + checked)
+                            : 0.0},
               {"nodes", nodes},
               {"recent", recent}};
 }

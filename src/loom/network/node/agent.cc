@@ -574,9 +574,8 @@ void Agent::Impl::OnEvent(Attempt& a, std::string_view data) {
   }
   // A scoring request's log-probabilities (completions' shape: token_logprobs, and top_logprobs
   // maps whose largest value is the most likely token's), one per token id or none at all.
-  const json* lp = choice.contains("logprobs") && choice["logprobs"].is_object()
-                       ? &choice["logprobs"]
-                       : nullptr;
+  const json* lp =
+      choice.contains("logprobs") && choice["logprobs"].is_object() ? &choice["logprobs"] : nullptr;
   if (lp != nullptr && !ids.empty() && lp->contains("token_logprobs") &&
       (*lp)["token_logprobs"].is_array() && (*lp)["token_logprobs"].size() == ids.size()) {
     const json& values = (*lp)["token_logprobs"];

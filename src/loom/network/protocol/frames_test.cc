@@ -259,9 +259,16 @@ TEST(FramesTest, ChunkScoresAreOptionalAndOnePerToken) {
   EXPECT_THAT(SerializeFrame(plain), ::testing::Not(HasSubstr("logprobs")));
   EXPECT_THAT(ParseError(Edited(plain, [](json& j) { j["logprobs"] = {-1.0}; })),
               HasSubstr("field 'logprobs' has 1 items but 'token_ids' has 2"));
-  EXPECT_THAT(ParseError(Edited(plain, [](json& j) { j["best_logprobs"] = {-1.0, 2.0}; })),
-              HasSubstr("field 'best_logprobs[1]' must be a number in [-1000000000.0, 1.0] (got 2.0)"));
-  EXPECT_THAT(ParseError(Edited(plain, [](json& j) { j["logprobs"] = {-1.0, "x"}; })),
+  EXPECT_THAT(
+      ParseError(Edited(plain,
+                        [](json& j) {
+                          j["best_logprobs"] = {-1.0, 2.0};
+                        })),
+      HasSubstr("field 'best_logprobs[1]' must be a number in [-1000000000.0, 1.0] (got 2.0)"));
+  EXPECT_THAT(ParseError(Edited(plain,
+                                [](json& j) {
+                                  j["logprobs"] = {-1.0, "x"};
+                                })),
               HasSubstr("field 'logprobs[1]' must be a number"));
   auto null = ParseFrame(Edited(plain, [](json& j) { j["logprobs"] = nullptr; }));
   ASSERT_TRUE(null.ok()) << null.status().ToString();

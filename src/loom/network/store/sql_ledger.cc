@@ -231,10 +231,9 @@ StatusOr<Store::Released> SqlStore::ReleasePending(int64_t settled_by_ms, int64_
     release.ref = attempt;
     release.at_ms = now_ms;
     release.memo = "verification window passed";
-    release.lines = {
-        {book, -std::min(left, amount), attempt},
-        {"available:" + book.substr(std::string_view("pending:").size()), std::min(left, amount),
-         attempt}};
+    release.lines = {{book, -std::min(left, amount), attempt},
+                     {"available:" + book.substr(std::string_view("pending:").size()),
+                      std::min(left, amount), attempt}};
     LOOM_RETURN_IF_ERROR(PostIn(release).status());
     out.count += 1;
   }
@@ -423,22 +422,22 @@ StatusOr<std::vector<std::string>> SqlStore::CheckLedger() {
         return StrCat("transaction ", col(r, 0), " (", col(r, 1), ") takes from ", col(r, 2),
                       " for attempt '", col(r, 3), "', not from that attempt's pending credit");
       }));
-  LOOM_RETURN_IF_ERROR(each(
-      "SELECT t.id, t.kind, l.book FROM ledger_tx t JOIN ledger_lines l ON l.tx_id = t.id "
-      "WHERE t.kind IN ('void', 'forfeit') AND l.amount > 0 AND l.book != 'fee' "
-      "AND l.book NOT LIKE 'consumer:%' ORDER BY t.id, l.id",
-      [&](const auto& r) {
-        return StrCat("transaction ", col(r, 0), " (", col(r, 1), ") pays ", col(r, 2),
-                      ", not a consumer or the fee");
-      }));
-  LOOM_RETURN_IF_ERROR(each(
-      "SELECT r.node_id, b.balance FROM node_reputation r JOIN ledger_balances b "
-      "ON b.book = 'pending:' || r.node_id WHERE r.untrusted != 0 AND b.balance != 0 "
-      "ORDER BY r.node_id",
-      [&](const auto& r) {
-        return StrCat("node ", col(r, 0), " is untrusted but still has ", col(r, 1),
-                      " micro-credits pending");
-      }));
+  LOOM_RETURN_IF_ERROR(
+      each("SELECT t.id, t.kind, l.book FROM ledger_tx t JOIN ledger_lines l ON l.tx_id = t.id "
+           "WHERE t.kind IN ('void', 'forfeit') AND l.amount > 0 AND l.book != 'fee' "
+           "AND l.book NOT LIKE 'consumer:%' ORDER BY t.id, l.id",
+           [&](const auto& r) {
+             return StrCat("transaction ", col(r, 0), " (", col(r, 1), ") pays ", col(r, 2),
+                           ", not a consumer or the fee");
+           }));
+  LOOM_RETURN_IF_ERROR(
+      each("SELECT r.node_id, b.balance FROM node_reputation r JOIN ledger_balances b "
+           "ON b.book = 'pending:' || r.node_id WHERE r.untrusted != 0 AND b.balance != 0 "
+           "ORDER BY r.node_id",
+           [&](const auto& r) {
+             return StrCat("node ", col(r, 0), " is untrusted but still has ", col(r, 1),
+                           " micro-credits pending");
+           }));
   LOOM_RETURN_IF_ERROR(
       each("SELECT t.ref, l.amount FROM ledger_tx t JOIN ledger_lines l ON l.tx_id = t.id "
            "WHERE t.kind = 'settle' AND l.book LIKE 'consumer:%' AND l.amount < 0",

@@ -8,11 +8,12 @@
 namespace loom::network::store {
 namespace {
 
-#define LOOM_REPUTATION_COLUMNS                                                            \
+#define LOOM_REPUTATION_COLUMNS                                                             \
   "node_id, jobs, checks_passed, checks_failed, streak, window_start_ms, window_failures, " \
   "last_result, last_check_ms, untrusted, untrusted_ms, served_tokens, check_tokens"
 
-StatusOr<NodeReputation> DecodeReputation(std::string_view op, const std::vector<std::string>& row) {
+StatusOr<NodeReputation> DecodeReputation(std::string_view op,
+                                          const std::vector<std::string>& row) {
   RowReader r(row);
   NodeReputation n;
   n.node_id = r.Text(0);
@@ -36,11 +37,10 @@ StatusOr<NodeReputation> DecodeReputation(std::string_view op, const std::vector
 
 StatusOr<std::optional<NodeReputation>> SqlStore::FindReputation(std::string_view node_id) {
   const std::string op = StrCat("find the reputation of ", Quoted(node_id));
-  LOOM_ASSIGN_OR_RETURN(SqlResult r,
-                        Run(op,
-                            "SELECT " LOOM_REPUTATION_COLUMNS
-                            " FROM node_reputation WHERE node_id = $1",
-                            {node_id}));
+  LOOM_ASSIGN_OR_RETURN(
+      SqlResult r,
+      Run(op, "SELECT " LOOM_REPUTATION_COLUMNS " FROM node_reputation WHERE node_id = $1",
+          {node_id}));
   if (r.rows.empty()) return std::optional<NodeReputation>();
   LOOM_ASSIGN_OR_RETURN(NodeReputation n, DecodeReputation(op, r.rows[0]));
   return std::optional<NodeReputation>(std::move(n));

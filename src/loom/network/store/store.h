@@ -79,7 +79,7 @@ struct AttemptRecord {
 // "Verification").  A node without a row has never been checked: all zero.
 struct NodeReputation {
   std::string node_id;
-  int64_t jobs = 0;             // attempts of its that streamed tokens
+  int64_t jobs = 0;  // attempts of its that streamed tokens
   int64_t checks_passed = 0;
   int64_t checks_failed = 0;
   int64_t streak = 0;           // checks passed since the last failure
@@ -87,10 +87,10 @@ struct NodeReputation {
   int64_t window_failures = 0;  // ...and the failures since
   std::string last_result;      // "", "passed" or "failed"
   int64_t last_check_ms = 0;
-  bool untrusted = false;       // gets no work; its pending credit is forfeited
+  bool untrusted = false;  // gets no work; its pending credit is forfeited
   int64_t untrusted_ms = 0;
-  int64_t served_tokens = 0;    // prompt and completion tokens of its attempts
-  int64_t check_tokens = 0;     // tokens other nodes spent checking its work
+  int64_t served_tokens = 0;  // prompt and completion tokens of its attempts
+  int64_t check_tokens = 0;   // tokens other nodes spent checking its work
   bool operator==(const NodeReputation&) const = default;
 };
 

@@ -29,13 +29,12 @@ void PaidJob(Store& store, const std::string& job, const std::string& node, int6
                    .memo = "",
                    .lines = {{"consumer:1", -100, ""}, {"held:1", 100, ""}}};
   LOOM_ASSERT_OK(store.CreateJob(Job(job, 1), &r));
-  const LedgerTx s{.kind = "settle",
-                   .ref = job,
-                   .at_ms = at_ms,
-                   .memo = "",
-                   .lines = {{"held:1", -100, ""},
-                             {"pending:" + node, 90, job + "-1"},
-                             {"fee", 10, ""}}};
+  const LedgerTx s{
+      .kind = "settle",
+      .ref = job,
+      .at_ms = at_ms,
+      .memo = "",
+      .lines = {{"held:1", -100, ""}, {"pending:" + node, 90, job + "-1"}, {"fee", 10, ""}}};
   LOOM_ASSERT_OK(store.FinishJob(job, JobState::kCompleted, at_ms, 1, 1, "stop", "", &s));
 }
 
@@ -139,12 +138,12 @@ TEST_P(VerifyStoreTest, CheckFindsVoidsThatBreakTheRules) {
                                .at_ms = 5,
                                .memo = "",
                                .lines = {{"fee", -5, "job-1-1"}, {"consumer:1", 5, ""}}}));
-  LOOM_ASSERT_OK(store_->Post({.kind = "forfeit",
-                               .ref = "node-a@1",
-                               .at_ms = 5,
-                               .memo = "",
-                               .lines = {{"pending:node-a", -90, "job-1-1"},
-                                         {"available:node-a", 90, ""}}}));
+  LOOM_ASSERT_OK(
+      store_->Post({.kind = "forfeit",
+                    .ref = "node-a@1",
+                    .at_ms = 5,
+                    .memo = "",
+                    .lines = {{"pending:node-a", -90, "job-1-1"}, {"available:node-a", 90, ""}}}));
   LOOM_ASSERT_OK(store_->Post({.kind = "forfeit",
                                .ref = "node-a@2",
                                .at_ms = 6,
@@ -234,9 +233,9 @@ TEST_P(VerifyStoreTest, ALedgerOfMigrationTwoSurvivesMigrationThree) {
     url = server->Url(name);
   }
   {
-    LOOM_ASSERT_OK_AND_ASSIGN(std::unique_ptr<SqlConnection> conn,
-                              GetParam() == "sqlite" ? OpenSqliteConnection(url)
-                                                     : OpenPostgresConnection(url));
+    LOOM_ASSERT_OK_AND_ASSIGN(
+        std::unique_ptr<SqlConnection> conn,
+        GetParam() == "sqlite" ? OpenSqliteConnection(url) : OpenPostgresConnection(url));
     LOOM_ASSERT_OK(Migrate(*conn, Migrations().first(2)));
     for (std::string_view sql :
          {"INSERT INTO ledger_tx (id, kind, ref, at_ms) VALUES (1, 'grant', 'g', 1)",
@@ -251,8 +250,8 @@ TEST_P(VerifyStoreTest, ALedgerOfMigrationTwoSurvivesMigrationThree) {
     }
     // (PostgreSQL's identity column does not see explicit ids: move it past them.)
     if (GetParam() != "sqlite") {
-      LOOM_ASSERT_OK(ExecPlain(
-          *conn, "SELECT setval(pg_get_serial_sequence('ledger_tx', 'id'), 1)"));
+      LOOM_ASSERT_OK(
+          ExecPlain(*conn, "SELECT setval(pg_get_serial_sequence('ledger_tx', 'id'), 1)"));
     }
   }
   LOOM_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store, OpenStore(url));
@@ -269,20 +268,22 @@ TEST_P(VerifyStoreTest, ALedgerOfMigrationTwoSurvivesMigrationThree) {
   EXPECT_TRUE(Problems(*store).empty()) << ::testing::PrintToString(Problems(*store));
   // The lines still refer to the transactions (SQLite rebuilt both tables).
   {
-    LOOM_ASSERT_OK_AND_ASSIGN(std::unique_ptr<SqlConnection> conn,
-                              GetParam() == "sqlite" ? OpenSqliteConnection(url)
-                                                     : OpenPostgresConnection(url));
-    EXPECT_EQ(ExecPlain(*conn, "INSERT INTO ledger_lines (tx_id, book, amount) VALUES (999, 'fee', 1)")
-                  .status()
-                  .code(),
-              StatusCode::kNotFound);
+    LOOM_ASSERT_OK_AND_ASSIGN(
+        std::unique_ptr<SqlConnection> conn,
+        GetParam() == "sqlite" ? OpenSqliteConnection(url) : OpenPostgresConnection(url));
+    EXPECT_EQ(
+        ExecPlain(*conn, "INSERT INTO ledger_lines (tx_id, book, amount) VALUES (999, 'fee', 1)")
+            .status()
+            .code(),
+        StatusCode::kNotFound);
   }
   // The old kinds' uniqueness holds in the rebuilt table.
-  EXPECT_EQ(store->Post({.kind = "grant",
-                         .ref = "g",
-                         .at_ms = 4,
-                         .memo = "",
-                         .lines = {{"issued", -1, ""}, {"fee", 1, ""}}})
+  EXPECT_EQ(store
+                ->Post({.kind = "grant",
+                        .ref = "g",
+                        .at_ms = 4,
+                        .memo = "",
+                        .lines = {{"issued", -1, ""}, {"fee", 1, ""}}})
                 .status()
                 .code(),
             StatusCode::kFailedPrecondition);

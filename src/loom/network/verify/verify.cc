@@ -11,7 +11,8 @@ namespace loom::network::verify {
 
 double CheckRate(const store::NodeReputation& r, const RateConfig& c) {
   if (r.untrusted) return 1;
-  const double rate = c.initial * std::pow(c.decay, static_cast<double>(std::max<int64_t>(0, r.streak)));
+  const double rate =
+      c.initial * std::pow(c.decay, static_cast<double>(std::max<int64_t>(0, r.streak)));
   return std::clamp(rate, c.floor, 1.0);
 }
 
@@ -103,7 +104,8 @@ Decoding DecodingOf(const nlohmann::json& request) {
     return it != request.end() && it->is_number() ? it->get<double>() : absent;
   };
   d.temperature = number("temperature", 1.0);
-  const bool penalty = number("repetition_penalty", 1.0) != 1.0 || number("repeat_penalty", 1.0) != 1.0;
+  const bool penalty =
+      number("repetition_penalty", 1.0) != 1.0 || number("repeat_penalty", 1.0) != 1.0;
   d.greedy = (d.temperature <= 0 || number("top_p", 1.0) <= 0) && !penalty;
   return d;
 }

@@ -24,9 +24,9 @@
 namespace loom::network::verify {
 
 struct RateConfig {
-  double initial = 0.5;   // a new node: 1 attempt in 2
-  double floor = 0.02;    // a long-trusted node: 1 in 50
-  double decay = 0.8;     // the rate's factor per check passed in a row (floor after ~14)
+  double initial = 0.5;  // a new node: 1 attempt in 2
+  double floor = 0.02;   // a long-trusted node: 1 in 50
+  double decay = 0.8;    // the rate's factor per check passed in a row (floor after ~14)
   int64_t failures_to_untrust = 3;
   int64_t failure_window_ms = int64_t{24} * 3600 * 1000;
 };

@@ -117,7 +117,8 @@ TEST(VerifyTest, SampledTokensMustBePlausible) {
   // At temperature 2 the thresholds double: -9 a token is plausible then.
   EXPECT_TRUE(Compare(false, 2.0, random, best, t).passed);
   // Too few tokens for a mean: only the minimum applies.
-  EXPECT_TRUE(Compare(false, 1.0, std::vector<double>(4, -9.0), std::vector<double>(4, 0), t).passed);
+  EXPECT_TRUE(
+      Compare(false, 1.0, std::vector<double>(4, -9.0), std::vector<double>(4, 0), t).passed);
   // One impossible token fails however short.
   Verdict one = Compare(false, 1.0, {-0.5, -40}, {-0.5, -0.1}, t);
   EXPECT_FALSE(one.passed);
