@@ -199,6 +199,24 @@ void AddHubCommand(CLI::App& app, Action* action) {
                 "each node hears this often what its operator earned and why it got no work")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  h->add_option("--verify-rate", flags->options.verify_rate,
+                "chance that a new node's attempt is re-executed on another node (0: no checks); "
+                "it falls with each check passed to --verify-floor and starts over on a failure")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  h->add_option("--verify-floor", flags->options.verify_floor,
+                "the lowest chance of a check, for a node that passed many in a row")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  h->add_option("--canary-interval-s", flags->options.canary_interval_s,
+                "seconds between canaries (a prompt with a known greedy output to a random node; "
+                "0: none)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  h->add_option("--check-wait-s", flags->options.check_wait_s,
+                "seconds a check waits for a verifier and its answer before the next verifier")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   h->add_option("--max-body", flags->options.max_body_bytes, "request body limit (413 beyond)")
       ->capture_default_str();
   h->add_option("--read-timeout", flags->options.read_timeout_s, "seconds a request may take to "
@@ -392,6 +410,29 @@ void AddHubCommand(CLI::App& app, Action* action) {
                     static_cast<double>(n["mem_free_bytes"].get<int64_t>()) / 1e9,
                     static_cast<long long>(n["running"].get<int64_t>()),
                     static_cast<long long>(n["max_concurrency"].get<int64_t>()), models.c_str());
+      }
+      if (j.contains("verification") && j["verification"].is_object()) {
+        const json& v = j["verification"];
+        std::printf(
+            "  verification: %lld passed, %lld failed, %lld dropped, %lld running; "
+            "%lld check tokens of %lld (%.2f%% of the network's compute)\n",
+            static_cast<long long>(v.value("checks_passed", 0)),
+            static_cast<long long>(v.value("checks_failed", 0)),
+            static_cast<long long>(v.value("checks_dropped", 0)),
+            static_cast<long long>(v.value("checks_running", 0)),
+            static_cast<long long>(v.value("check_tokens", 0)),
+            static_cast<long long>(v.value("check_tokens", 0) + v.value("served_tokens", 0)),
+            100 * v.value("share", 0.0));
+        for (const auto& n : v.value("nodes", json::array())) {
+          std::printf("    %-22s %s checks %lld passed / %lld failed, rate %.3f%s\n",
+                      n.value("node_id", "").c_str(),
+                      n.value("untrusted", false) ? "UNTRUSTED" : "trusted  ",
+                      static_cast<long long>(n.value("checks_passed", 0)),
+                      static_cast<long long>(n.value("checks_failed", 0)), n.value("rate", 0.0),
+                      n.value("last_result", "").empty()
+                          ? ""
+                          : (", last " + n.value("last_result", "")).c_str());
+        }
       }
       for (const auto& job : j["jobs"]) {
         std::printf("  job %s on %s (attempt %lld, %lld tokens)\n",

@@ -162,6 +162,16 @@ StatusOr<std::shared_ptr<Completion>> BatchEngine::Submit(CompletionRequest requ
     return InvalidArgumentError("completion: max_tokens must be >= 1 (got ", request.max_tokens,
                                 ")");
   }
+  for (int32_t id : request.forced) {
+    if (id < 0 || id >= vocab_) {
+      return OutOfRangeError("completion: forced token id ", id, " is outside the vocabulary (",
+                             vocab_, " tokens)");
+    }
+  }
+  if (!request.forced.empty() && request.max_tokens > static_cast<int64_t>(request.forced.size())) {
+    return InvalidArgumentError("completion: max_tokens (", request.max_tokens,
+                                ") exceeds the forced tokens (", request.forced.size(), ")");
+  }
   if (request.top_logprobs < -1 || request.top_logprobs > kMaxTopLogprobs) {
     return InvalidArgumentError("completion: top_logprobs must be in [0, ", kMaxTopLogprobs,
                                 "] (got ", request.top_logprobs, ")");
@@ -364,8 +374,11 @@ bool BatchEngine::Step() {
 void BatchEngine::SampleRow(int32_t s, const float* logits) {
   Slot& slot = slots_[static_cast<size_t>(s)];
   Completion& c = *slot.c;
+  const std::vector<int32_t>& forced = c.request_.forced;
   StatusOr<int32_t> next =
-      c.sampler_->Sample(std::span<const float>(logits, static_cast<size_t>(vocab_)));
+      !forced.empty()
+          ? StatusOr<int32_t>(forced[static_cast<size_t>(c.generated_)])
+          : c.sampler_->Sample(std::span<const float>(logits, static_cast<size_t>(vocab_)));
   if (!next.ok()) {
     FinishSlot(s, CompletionFinish::kError, next.status());
     return;

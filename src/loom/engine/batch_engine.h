@@ -53,6 +53,11 @@ struct CompletionRequest {
   // -1: no log-probabilities.  0..kMaxTopLogprobs: each token's log-probability plus that many of
   // the most likely alternatives (log-softmax of the raw logits, before any sampling step).
   int32_t top_logprobs = -1;
+  // Teacher forcing (scoring): when not empty, the i-th new token is forced[i] instead of a
+  // sampled one, with its log-probability (and the alternatives) from the model's logits as for a
+  // sampled token; max_tokens must be at most forced.size().  The network's verifier scores
+  // another node's output this way.
+  std::vector<int32_t> forced;
 };
 
 struct TokenLogprob {
@@ -197,6 +202,7 @@ class BatchEngine {
 
   EngineStats Stats() const;
   int64_t context() const { return model_.context(); }
+  int64_t vocab() const { return vocab_; }
   int64_t n_slots() const { return n_slots_; }
   const text::Tokenizer& tokenizer() const { return tokenizer_; }
 

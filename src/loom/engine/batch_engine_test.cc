@@ -458,6 +458,51 @@ TEST_F(ManualEngineTest, LogprobsDescribeTheChosenTokenAndTheLikeliestOthers) {
   EXPECT_EQ(plain.tokens[0].logprob, 0.0f);
 }
 
+TEST_F(ManualEngineTest, ForcedTokensAreScoredAsTheGenerationWouldHaveBeen) {
+  auto engine = Make(1);
+  // The greedy run, with log-probabilities.
+  CompletionRequest g = Greedy(Encode(f_, "Once upon a time"), 12);
+  g.top_logprobs = 1;
+  auto c = engine->Submit(g);
+  ASSERT_TRUE(c.ok());
+  const CompletionOutput greedy = RunUntilDone(*engine, **c);
+  ASSERT_EQ(greedy.tokens.size(), 12u);
+  // Scoring its tokens gives the same tokens and the same log-probabilities, bit for bit.
+  CompletionRequest score = g;
+  for (const GeneratedToken& t : greedy.tokens) score.forced.push_back(t.id);
+  auto s = engine->Submit(score);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  const CompletionOutput scored = RunUntilDone(*engine, **s);
+  ASSERT_EQ(scored.tokens.size(), greedy.tokens.size());
+  for (size_t i = 0; i < scored.tokens.size(); ++i) {
+    EXPECT_EQ(scored.tokens[i].id, greedy.tokens[i].id);
+    EXPECT_EQ(scored.tokens[i].logprob, greedy.tokens[i].logprob);
+    EXPECT_EQ(scored.tokens[i].top[0].logprob, greedy.tokens[i].top[0].logprob);
+  }
+  // Other tokens are taken as they are, each scored below the likeliest one, even at a
+  // temperature that would sample (the sampler is not asked) and past end-of-text.
+  CompletionRequest other = g;
+  other.sampling.temperature = 1;
+  other.stop_at_eog = false;
+  other.forced = {7, 300, 2, 9};
+  other.max_tokens = 4;
+  auto o = engine->Submit(other);
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  const CompletionOutput forced = RunUntilDone(*engine, **o);
+  ASSERT_EQ(forced.tokens.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(forced.tokens[i].id, other.forced[i]);
+    EXPECT_LE(forced.tokens[i].logprob, forced.tokens[i].top[0].logprob);
+  }
+  // Forced ids are checked like the prompt's, and max_tokens may not exceed them.
+  other.forced = {1, 512};
+  other.max_tokens = 2;
+  EXPECT_EQ(engine->Submit(other).status().code(), StatusCode::kOutOfRange);
+  other.forced = {1, 5};
+  other.max_tokens = 3;
+  EXPECT_EQ(engine->Submit(other).status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST_F(ManualEngineTest, StopFinishesQueuedAndRunningRequests) {
   auto engine = Make(1);
   auto a = engine->Submit(Greedy(Encode(f_, "Once"), 100));

@@ -309,7 +309,27 @@ void RunCompletion(ServeContext& ctx, const std::shared_ptr<Exchange>& exchange,
                           "context_length_exceeded"));
     return;
   }
-  if (gen.max_tokens && *gen.max_tokens > context) {
+  const auto n_score = static_cast<int64_t>(gen.score_token_ids.size());
+  if (n_score > 0 && n_prompt + n_score > context) {
+    RespondError(*exchange,
+                 BadParam("score_token_ids",
+                          "the prompt (" + std::to_string(n_prompt) + " tokens) and the " +
+                              std::to_string(n_score) + " tokens to score exceed the context (" +
+                              std::to_string(context) + " tokens)",
+                          "context_length_exceeded"));
+    return;
+  }
+  for (int32_t id : gen.score_token_ids) {
+    if (id >= ctx.engine->vocab()) {  // (the engine would refuse it too, naming the prompt)
+      RespondError(*exchange,
+                   BadParam("score_token_ids",
+                            "token id " + std::to_string(id) + " is outside the vocabulary (" +
+                                std::to_string(ctx.engine->vocab()) + " tokens)",
+                            "token_out_of_vocabulary"));
+      return;
+    }
+  }
+  if (n_score == 0 && gen.max_tokens && *gen.max_tokens > context) {
     RespondError(*exchange, BadParam("max_tokens",
                                      "max_tokens is " + std::to_string(*gen.max_tokens) +
                                          " but this model's context holds only " +
@@ -340,6 +360,12 @@ void RunCompletion(ServeContext& ctx, const std::shared_ptr<Exchange>& exchange,
   request.stop = gen.stop;
   request.top_logprobs = gen.logprobs ? gen.top_logprobs : -1;
   request.stop_at_eog = !gen.ignore_eos;
+  if (n_score > 0) {  // scoring: exactly these tokens, whatever they are
+    request.forced = gen.score_token_ids;
+    request.max_tokens = n_score;
+    request.stop.clear();
+    request.stop_at_eog = false;
+  }
 
   // The engine's thread only queues a wake-up (no allocation there); the pump runs here, on the
   // io thread, after this function returned: the response head is out by then.

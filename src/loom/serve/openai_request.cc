@@ -380,8 +380,39 @@ std::optional<ApiError> ParseChatRequest(const nlohmann::json& body, ChatParams*
   return {};
 }
 
+namespace {
+
+// A JSON array of token ids (non-negative 32-bit integers) into *out.
+Error ParseTokenIds(const json& v, const std::string& param, std::vector<int32_t>* out) {
+  if (!v.is_array()) return WrongType(param, "an array of token ids", v);
+  for (const json& id : v) {
+    if (!id.is_number_integer() && !id.is_number_unsigned()) {
+      return WrongType(param, "an array of token ids", v);
+    }
+    const int64_t x = id.is_number_unsigned()
+                          ? static_cast<int64_t>(std::min<uint64_t>(id.get<uint64_t>(), 1ull << 40))
+                          : id.get<int64_t>();
+    if (x < 0 || x > std::numeric_limits<int32_t>::max()) {
+      return BadParam(param, "token id " + id.dump() + " is out of range", "invalid_value");
+    }
+    out->push_back(static_cast<int32_t>(x));
+  }
+  return {};
+}
+
+}  // namespace
+
 std::optional<ApiError> ParseCompletionRequest(const nlohmann::json& body, CompletionParams* out) {
   if (Error e = ParseGeneration(body, /*chat=*/false, &out->gen)) return e;
+  if (const json* score = Field(body, "score_token_ids")) {
+    if (Error e = ParseTokenIds(*score, "score_token_ids", &out->gen.score_token_ids)) return e;
+    if (out->gen.score_token_ids.empty()) {
+      return BadParam("score_token_ids", "there are no tokens to score");
+    }
+    if (!out->gen.logprobs) {
+      return BadParam("score_token_ids", "'score_token_ids' needs 'logprobs'");
+    }
+  }
   const json* prompt = Field(body, "prompt");
   if (prompt == nullptr) {
     return BadParam("prompt", "you must provide a 'prompt'", "missing_required_parameter");

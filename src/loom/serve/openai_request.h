@@ -36,6 +36,11 @@ struct GenerationParams {
   // Extension (as vLLM): the prompt's token ids and every chunk's generated ids in the response,
   // so a caller (the network's node agent) can continue a generation exactly elsewhere.
   bool return_token_ids = false;
+  // Extension (completions only, needs `logprobs`): score these tokens as the continuation of the
+  // prompt instead of generating (teacher forcing).  The response streams exactly these tokens,
+  // each with its log-probability under the model and the `logprobs` most likely alternatives;
+  // max_tokens, stop and end-of-text do not apply.  The network hub verifies a node's output so.
+  std::vector<int32_t> score_token_ids;
 };
 
 struct ChatParams {

@@ -206,5 +206,24 @@ TEST(OpenAiRequestTest, RefusesBodiesThatAreNotJsonObjects) {
   EXPECT_FALSE(ParseJsonObject("{\"a\": \"" + deep + "\"}", &j).has_value());
 }
 
+TEST(OpenAiRequestTest, ScoreTokenIdsNeedLogprobsAndValidIds) {
+  CompletionParams ok;
+  ASSERT_FALSE(ParseCompletionRequest(json::parse(R"({"model": "m", "prompt": [1, 2],
+      "score_token_ids": [5, 6, 7], "logprobs": 1})"),
+                                      &ok));
+  EXPECT_EQ(ok.gen.score_token_ids, (std::vector<int32_t>{5, 6, 7}));
+  for (const char* bad :
+       {R"({"model": "m", "prompt": [1], "score_token_ids": [5]})",
+        R"({"model": "m", "prompt": [1], "score_token_ids": [], "logprobs": 1})",
+        R"({"model": "m", "prompt": [1], "score_token_ids": [-1], "logprobs": 1})",
+        R"({"model": "m", "prompt": [1], "score_token_ids": "5", "logprobs": 1})"}) {
+    CompletionParams p;
+    auto e = ParseCompletionRequest(json::parse(bad), &p);
+    ASSERT_TRUE(e.has_value()) << bad;
+    EXPECT_EQ(e->param, "score_token_ids") << bad;
+    EXPECT_EQ(e->status, 400);
+  }
+}
+
 }  // namespace
 }  // namespace loom::serve

@@ -67,6 +67,7 @@ Status Hub::Impl::Listen() {
     std::fprintf(stderr, "hub: %lld job(s) interrupted by the last stop are marked failed\n",
                  static_cast<long long>(*ended));
   }
+  LOOM_RETURN_IF_ERROR(LoadVerification().WithContext("hub: verification"));
   LoadSlots();
   net::ServerOptions so;
   so.host = options_.host;
@@ -148,6 +149,7 @@ void Hub::Impl::Tick() {
     }
   }
   CheckJobs(now);
+  CheckVerification(now);
   DrainQueues();
   tick_.expires_after(std::chrono::milliseconds(100));
   std::weak_ptr<int> life = life_;
@@ -277,6 +279,7 @@ json Hub::Impl::StatusJson() const {
         {"node_id", t.id}, {"name", c.name}, {"remote", c.remote},
         {"state", kTargetStateNames[static_cast<int>(t.state)]},
         {"draining", t.draining}, {"paused", t.paused}, {"ranks", t.ranks},
+        {"untrusted", Untrusted(t.id)},
         {"mem_total_bytes", c.facts.mem_total_bytes}, {"mem_free_bytes", t.mem_free_bytes},
         {"mem_bandwidth_gbps", c.facts.mem_bandwidth_gbps}, {"cores", c.facts.cores},
         {"simd", c.facts.simd}, {"version", c.facts.version},
@@ -286,7 +289,7 @@ json Hub::Impl::StatusJson() const {
   }
   json jobs = json::array();
   for (const auto& [id, j] : jobs_) {
-    if (j->internal()) continue;
+    if (!j->recorded()) continue;
     jobs.push_back(json{{"job_id", id}, {"model", j->model}, {"node_id", j->node_id},
                         {"attempt", j->attempts}, {"queued", j->queued},
                         {"tokens", static_cast<int64_t>(j->generated.size())},
@@ -306,6 +309,7 @@ json Hub::Impl::StatusJson() const {
               {"jobs_completed", jobs_completed_},
               {"jobs_failed", jobs_failed_},
               {"failovers", failovers_},
+              {"verification", VerificationJson()},
               {"model_actions", json(model_actions_)},
               {"slots", SlotsJson()}};
 }

@@ -69,6 +69,15 @@ struct HubOptions {
   // Every node hears this often what its operator earned and, when it got no work, why (and a
   // second after it earns).
   double standing_s = 30;
+  // Verification (docs/network.md, "Verification"): attempts are re-executed on another node at
+  // each node's rate (verify::RateConfig; verify_rate 0 turns checks off), and every
+  // canary_interval_s a canary goes to a random node (0: none).  A check with no verifier or no
+  // answer within check_wait_s goes to the next verifier, and is dropped after check_tries.
+  double verify_rate = 0.5;
+  double verify_floor = 0.02;
+  double canary_interval_s = 300;
+  double check_wait_s = 120;
+  int check_tries = 3;
 };
 
 class Hub {

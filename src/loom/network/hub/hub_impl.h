@@ -23,6 +23,7 @@
 #include "loom/network/placement/placement.h"
 #include "loom/network/protocol/frames.h"
 #include "loom/network/store/store.h"
+#include "loom/network/verify/verify.h"
 
 namespace loom::network::hub {
 
@@ -101,11 +102,14 @@ struct Job {
   // Credits: what admission reserved (0: a free model), and each ended attempt's work.
   int64_t reserved = 0;
   std::vector<ledger::Work> work;
-  // Benchmarks and availability probes (consumer == null): the hub's own jobs.
+  // Benchmarks, availability probes and canaries (consumer == null): the hub's own jobs, not
+  // written to the store.
   bool benchmark = false;
   bool probe = false;
   int64_t bench_prompt_tokens = 0;
-  bool internal() const { return benchmark || probe; }
+  bool canary = false;
+  std::string canary_key;  // hub_verify.cc: which canary and which weights
+  bool recorded() const { return !benchmark && !probe && !canary; }
 };
 
 // What the hub tells a node's operator (hub_standing.cc), kept per node id across reconnects.
@@ -129,6 +133,36 @@ struct SlotLive {
   json last_period;
   // Answered / sent over the 30 days up to `today` (1 when none were sent).
   double Availability(int64_t today, int64_t* probes) const;
+};
+
+// hub_verify.cc: one re-execution of an attempt's output on another node (a scoring request).
+struct Check {
+  std::string id;          // the check's own id (the hub's)
+  std::string scoring_id;  // the running scoring attempt's id on the verifier
+  std::string attempt_id;  // the attempt checked ("" for a canary's)
+  std::string node_id;     // whose work it is
+  std::string model;
+  int64_t account_id = 0;  // who paid: a failed check gives the operator's share back there
+  bool priced = false;
+  std::string canary_key;       // a canary's output: on a pass it becomes the expected one
+  std::vector<int32_t> prompt;  // as the attempt saw it (the prompt and earlier attempts' tokens)
+  // A completion's text prompt as the consumer sent it (a first attempt's, a canary's): sent to
+  // the verifier instead of `prompt`, whose own tokenization must then equal `prompt`.
+  json prompt_text;
+  std::vector<int32_t> verifier_prompt;  // the verifier's tokenization (accepted)
+  std::vector<int32_t> tokens;           // what the attempt returned
+  bool greedy = false;
+  double temperature = 1;
+  std::vector<std::string> tried;  // verifiers asked so far
+  bool disputed = false;           // an unestablished verifier failed it: a second one must agree
+  // The running scoring attempt (verifier empty: waiting for one).
+  std::string verifier;
+  double deadline = 0;   // no verifier by then, or no answer: the next verifier, or dropped
+  double next_look = 0;  // waiting for a verifier: when to look again
+  int64_t next_index = 0;
+  std::vector<int32_t> scored;
+  std::vector<double> logprobs, best;
+  verify::Verdict verdict;  // the last comparison, for the log
 };
 
 class Hub::Impl {
@@ -189,6 +223,32 @@ class Hub::Impl {
   // The largest context any ready target offers for `model` (0: none holds it).
   int64_t LargestContext(const std::string& model);
   void SendFrame(NodeConn& c, const protocol::Frame& f);
+
+  // hub_verify.cc: sampled re-execution, canaries and reputations (docs/network.md,
+  // "Verification").  The frames of a scoring attempt come to OnCheck* instead of a job.
+  Status LoadVerification();
+  void ConsiderChecks(const Job& job);  // at a consumer job's end, after its settlement
+  void OnCanaryEnd(const Job& job);
+  Check* CheckOfAttempt(const std::string& scoring_id);
+  void OnCheckAccepted(NodeConn& c, Check& check, const protocol::Accepted& f);
+  void OnCheckChunk(NodeConn& c, Check& check, const protocol::Chunk& f);
+  void OnCheckComplete(NodeConn& c, Check& check);
+  // The verifier found the node's output wrong: it counts when the verifier is established or a
+  // second one agrees, else the next verifier is asked.
+  void OnCheckFailed(Check& check, const std::string& why);
+  // The running try of `check` ended without a verdict (an error, a timeout, scores that do
+  // not cover the tokens): the next verifier, or dropped after check_tries.
+  void NextTry(Check& check, const std::string& why);
+  void SendCheck(Check& check);
+  void StopTry(Check& check);  // forgets the running scoring attempt
+  void EndCheck(const std::string& check_id, std::optional<bool> passed, const std::string& why);
+  void CheckVerification(double now);  // deadlines, and a canary when one is due
+  void StartCanary();
+  store::NodeReputation& ReputationOf(const std::string& node_id);
+  void SaveReputation(const store::NodeReputation& r);
+  void MarkUntrusted(const std::string& node_id);
+  bool Untrusted(const std::string& node_id) const { return untrusted_.count(node_id) > 0; }
+  json VerificationJson() const;
 
   // hub_models.cc: which models stay loaded where (load_model / unload_model).
   void ManageModels(double now);
@@ -257,6 +317,16 @@ class Hub::Impl {
   // API key hash -> (account, when looked up): a short cache in front of the store.
   std::unordered_map<std::string, std::pair<std::optional<int64_t>, double>> key_cache_;
   int64_t jobs_completed_ = 0, jobs_failed_ = 0, failovers_ = 0;
+  // Verification (hub_verify.cc).
+  std::string verify_seed_;
+  std::map<std::string, store::NodeReputation> reputations_;
+  std::set<std::string> untrusted_;
+  std::map<std::string, std::unique_ptr<Check>> checks_;         // check id -> check
+  std::map<std::string, std::string> check_attempts_;            // scoring attempt id -> check id
+  std::deque<json> check_log_;                                   // the latest verdicts, for admins
+  std::map<std::string, std::vector<int32_t>> canary_expected_;  // canary key -> greedy output
+  double last_canary_ = 0;
+  int64_t checks_passed_ = 0, checks_failed_ = 0, checks_dropped_ = 0, canaries_sent_ = 0;
 };
 
 // Store writes the hub cannot undo are logged and the work goes on (the consumer is served).

@@ -232,6 +232,8 @@ void Hub::Impl::TryPlace(Job& job) {
                                                            static_cast<int64_t>(job.generated.size()))
                                  : 256;
   pr.exclude = job.excluded;
+  // Untrusted nodes (hub_verify.cc) get no work.
+  pr.exclude.insert(pr.exclude.end(), untrusted_.begin(), untrusted_.end());
   const double place_start = base::NowSeconds();
   IndexModels();
   static const std::vector<int32_t> kNone;
@@ -239,7 +241,7 @@ void Hub::Impl::TryPlace(Job& job) {
   placement::Decision d = placement::Place(pr, fleet_, holders == holders_.end() ? kNone : holders->second,
                                            tuning_, random_);
   const double place_us = (base::NowSeconds() - place_start) * 1e6;
-  if (!job.internal()) {
+  if (job.recorded()) {
     NoteDecision(job, d);
     json rec = placement::DecisionToJson(d);
     rec["place_us"] = place_us;
@@ -262,7 +264,7 @@ void Hub::Impl::TryPlace(Job& job) {
   }
   const bool in_grace = base::NowSeconds() - started_at_ < options_.grace_s;
   // Idle models may be filling the memory this request needs: unloading them is worth the wait.
-  const bool room = !job.internal() && MakeRoom(job, pr.prompt_tokens + pr.max_tokens, base::NowSeconds());
+  const bool room = job.recorded() && MakeRoom(job, pr.prompt_tokens + pr.max_tokens, base::NowSeconds());
   if (d.reason == "no_node_for_model" && !in_grace && !room) {
     return EndJob(job, store::JobState::kFailed, "", d.detail, 503, "no_node_for_model");
   }
@@ -339,7 +341,7 @@ void Hub::Impl::StartAttempt(Job& job, NodeConn& node, const placement::Decision
   }
   a.first_token_deadline_ms = static_cast<int64_t>((job.first_token_deadline - now) * 1000) + 1;
 
-  if (!job.internal()) {
+  if (job.recorded()) {
     store::AttemptRecord rec;
     rec.attempt_id = job.attempt_id;
     rec.job_id = job.id;
@@ -355,6 +357,7 @@ void Hub::Impl::StartAttempt(Job& job, NodeConn& node, const placement::Decision
 }
 
 void Hub::Impl::OnAccepted(NodeConn& c, const protocol::Accepted& f) {
+  if (Check* check = CheckOfAttempt(f.attempt_id)) return OnCheckAccepted(c, *check, f);
   Job* job = JobOfAttempt(f.attempt_id);
   if (job == nullptr || job->node_id != c.node_id) return;  // stale: cancelled or failed over
   if (!job->prompt_known && job->generated.empty()) {
@@ -370,6 +373,7 @@ void Hub::Impl::OnAccepted(NodeConn& c, const protocol::Accepted& f) {
 }
 
 void Hub::Impl::OnChunk(NodeConn& c, const protocol::Chunk& f) {
+  if (Check* check = CheckOfAttempt(f.attempt_id)) return OnCheckChunk(c, *check, f);
   Job* job = JobOfAttempt(f.attempt_id);
   if (job == nullptr || job->node_id != c.node_id) return;
   if (f.index != job->next_index || !job->prompt_known) {
@@ -392,6 +396,7 @@ void Hub::Impl::OnChunk(NodeConn& c, const protocol::Chunk& f) {
 }
 
 void Hub::Impl::OnComplete(NodeConn& c, const protocol::Complete& f) {
+  if (Check* check = CheckOfAttempt(f.attempt_id)) return OnCheckComplete(c, *check);
   Job* job = JobOfAttempt(f.attempt_id);
   if (job == nullptr || job->node_id != c.node_id) return;
   if (job->probe) return EndProbe(*job, job->attempt_tokens > 0, "it streamed no token");
@@ -432,12 +437,18 @@ void Hub::Impl::OnNodeError(NodeConn& c, const protocol::Error& f) {
                  f.message.c_str());
     return;
   }
+  if (Check* check = CheckOfAttempt(*f.attempt_id)) {
+    if (check->verifier != c.node_id) return;
+    // Tokens the model does not have are the node's fault; any other refusal the verifier's.
+    if (f.code == "token_out_of_vocabulary") return OnCheckFailed(*check, f.message);
+    return NextTry(*check, "the verifier: " + f.message);
+  }
   Job* job = JobOfAttempt(*f.attempt_id);
   if (job == nullptr || job->node_id != c.node_id) return;
   // The consumer's own mistakes (a prompt longer than the context, ...) are not the node's fault:
   // answer them as they are; anything else is retried elsewhere.
   const bool consumer_error = f.status >= 400 && f.status < 500 && f.status != 408 &&
-                              f.status != 429 && job->generated.empty() && !job->internal();
+                              f.status != 429 && job->generated.empty() && job->recorded();
   if (consumer_error) {
     RecordAttemptEnd(*job, store::AttemptState::kFailed, f.message);
     return EndJob(*job, store::JobState::kFailed, "", f.message, f.status, f.code);
@@ -454,8 +465,8 @@ void Hub::Impl::FailAttempt(Job& job, const std::string& message) {
     UpdateLoad(*node);
   }
   attempt_job_.erase(job.attempt_id);
-  if (job.benchmark) {
-    bench_retry_at_[job.node_id + " " + job.model] = base::NowSeconds() + 30;
+  if (job.benchmark || job.canary) {  // neither is retried elsewhere
+    if (job.benchmark) bench_retry_at_[job.node_id + " " + job.model] = base::NowSeconds() + 30;
     jobs_.erase(job.id);
     return;
   }
@@ -531,15 +542,17 @@ void Hub::Impl::EndJob(Job& job, store::JobState state, const std::string& finis
                               options_.pricing.For(job.model), prompt_tokens, job.work,
                               options_.pricing.operator_share_bp, base::UnixMillis());
   }
-  const Status finished = store_->FinishJob(job.id, state, base::UnixMillis(), prompt_tokens,
-                                            static_cast<int64_t>(job.generated.size()),
-                                            finish_reason, error, settle ? &*settle : nullptr);
-  LogError(finished);
-  if (finished.ok() && settle) NoteSettlement(job, *settle);
-  if (state == store::JobState::kCompleted) {
-    jobs_completed_ += 1;
-  } else {
-    jobs_failed_ += 1;
+  if (job.recorded()) {
+    const Status finished = store_->FinishJob(job.id, state, base::UnixMillis(), prompt_tokens,
+                                              static_cast<int64_t>(job.generated.size()),
+                                              finish_reason, error, settle ? &*settle : nullptr);
+    LogError(finished);
+    if (finished.ok() && settle) NoteSettlement(job, *settle);
+    if (state == store::JobState::kCompleted) {
+      jobs_completed_ += 1;
+    } else {
+      jobs_failed_ += 1;
+    }
   }
   if (!job.attempt_id.empty()) {
     if (NodeConn* node = ReadyNode(job.node_id)) {
@@ -551,6 +564,12 @@ void Hub::Impl::EndJob(Job& job, store::JobState state, const std::string& finis
   if (job.queued) {
     auto& q = queues_[job.model];
     q.erase(std::remove(q.begin(), q.end(), job.id), q.end());
+  }
+  // Verification (hub_verify.cc): the job's attempts may be re-executed elsewhere.
+  if (job.canary) {
+    OnCanaryEnd(job);
+  } else if (job.recorded()) {
+    ConsiderChecks(job);
   }
   const std::string id = job.id;
   jobs_.erase(id);  // `job` is gone from here on
@@ -577,6 +596,7 @@ void Hub::Impl::RecordAttemptEnd(Job& job, store::AttemptState state,
       job.first_token_at > 0
           ? now_ms - static_cast<int64_t>((base::NowSeconds() - job.first_token_at) * 1000)
           : 0;
+  if (!job.recorded()) return;
   LogError(store_->FinishAttempt(job.attempt_id, state, first_ms, now_ms, job.attempt_tokens,
                                  error));
 }

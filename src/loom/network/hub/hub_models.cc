@@ -92,7 +92,7 @@ void Hub::Impl::ManageModels(double now) {
     std::map<std::string, int64_t> consumer;
     for (const std::string& a : c.attempts) {
       Job* j = JobOfAttempt(a);
-      if (!j || j->internal()) continue;
+      if (!j || !j->recorded()) continue;
       c.model_used[j->model] = now;
       consumer[j->model] += 1;
     }

@@ -111,6 +111,7 @@ struct Attempt {
   int64_t prompt_tokens = 0;
   std::string pending_text;           // parsed from the current read, not yet sent
   std::vector<int32_t> pending_ids;
+  std::vector<double> pending_logprobs, pending_best;  // scoring requests: one per pending id
   double last_flush = 0;  // when the last chunk was sent (0: none yet)
   bool waiting_for_load = false;
 };
@@ -616,6 +617,32 @@ void Agent::Impl::OnEvent(Attempt& a, std::string_view data) {
   if (choice.contains("finish_reason") && choice["finish_reason"].is_string()) {
     a.finish_reason = choice["finish_reason"].get<std::string>();
   }
+  // A scoring request's log-probabilities (completions' shape: token_logprobs, and top_logprobs
+  // maps whose largest value is the most likely token's), one per token id or none at all.
+  const json* lp =
+      choice.contains("logprobs") && choice["logprobs"].is_object() ? &choice["logprobs"] : nullptr;
+  if (lp != nullptr && !ids.empty() && lp->contains("token_logprobs") &&
+      (*lp)["token_logprobs"].is_array() && (*lp)["token_logprobs"].size() == ids.size()) {
+    const json& values = (*lp)["token_logprobs"];
+    const json* tops = lp->contains("top_logprobs") && (*lp)["top_logprobs"].is_array() &&
+                               (*lp)["top_logprobs"].size() == ids.size()
+                           ? &(*lp)["top_logprobs"]
+                           : nullptr;
+    // A value JSON cannot carry (-inf reads null) is the least possible.
+    auto clamp = [](const json& v) {
+      const double d = v.is_number() ? v.get<double>() : protocol::kMinLogprob;
+      return std::clamp(d, protocol::kMinLogprob, protocol::kMaxLogprob);
+    };
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const double own = clamp(values[i]);
+      double best = own;
+      if (tops != nullptr && (*tops)[i].is_object()) {
+        for (const auto& [piece, v] : (*tops)[i].items()) best = std::max(best, clamp(v));
+      }
+      a.pending_logprobs.push_back(own);
+      a.pending_best.push_back(best);
+    }
+  }
   // Pieces go up together, paced by MaybeFlush after the read.
   a.pending_text += text;
   a.pending_ids.insert(a.pending_ids.end(), ids.begin(), ids.end());
@@ -628,8 +655,14 @@ void Agent::Impl::FlushChunk(Attempt& a) {
   c.index = a.index++;
   c.text = std::move(a.pending_text);
   c.token_ids = std::move(a.pending_ids);
+  if (a.pending_logprobs.size() == c.token_ids.size()) {
+    c.logprobs = std::move(a.pending_logprobs);
+    c.best_logprobs = std::move(a.pending_best);
+  }
   a.pending_text.clear();
   a.pending_ids.clear();
+  a.pending_logprobs.clear();
+  a.pending_best.clear();
   a.completion_tokens += static_cast<int64_t>(c.token_ids.size());
   a.last_flush = base::NowSeconds();
   Send(c);

@@ -270,6 +270,31 @@ class Reader {
     }
     return OkStatus();
   }
+  // An optional list of numbers in [min, max] (absent or null: empty).
+  Status OptionalNumbers(std::string_view key, double min, double max, std::vector<double>* out) {
+    out->clear();
+    const json* v = Take(key);
+    if (v == nullptr || v->is_null()) return OkStatus();
+    if (!v->is_array() || static_cast<int64_t>(v->size()) > kMaxTokenIds) {
+      return Fail(key, StrCat("an array of at most ", kMaxTokenIds, " numbers"), *v);
+    }
+    for (size_t i = 0; i < v->size(); ++i) {
+      const json& item = (*v)[i];
+      const double d = item.is_number() ? item.get<double>() : NAN;
+      if (!(d >= min && d <= max)) {
+        return Fail(StrCat(key, "[", i, "]"),
+                    StrCat("a number in [", json(min).dump(), ", ", json(max).dump(), "]"), item);
+      }
+      out->push_back(d);
+    }
+    return OkStatus();
+  }
+  // Fails unless `list` (a field read before) is empty or has `n` items.
+  Status SameLength(std::string_view key, size_t got, size_t n, std::string_view other) {
+    if (got == 0 || got == n) return OkStatus();
+    return InvalidArgumentError(FramePrefix(frame_), "field '", path_, key, "' has ", got,
+                                " items but '", other, "' has ", n);
+  }
   // A list of distinct ids (model names).
   Status IdList(std::string_view key, int64_t max_items, std::vector<std::string>* out) {
     LOOM_ASSIGN_OR_RETURN(const json* v, RequireArray(key, max_items));
@@ -517,7 +542,13 @@ Status ReadFields(Reader& r, Chunk* f) {
   LOOM_RETURN_IF_ERROR(r.Id("attempt_id", &f->attempt_id));
   LOOM_RETURN_IF_ERROR(r.Int("index", 0, kMaxTokenCount, &f->index));
   LOOM_RETURN_IF_ERROR(r.Text("text", kMaxChunkTextBytes, &f->text));
-  return r.TokenIds("token_ids", &f->token_ids);
+  LOOM_RETURN_IF_ERROR(r.TokenIds("token_ids", &f->token_ids));
+  LOOM_RETURN_IF_ERROR(r.OptionalNumbers("logprobs", kMinLogprob, kMaxLogprob, &f->logprobs));
+  LOOM_RETURN_IF_ERROR(
+      r.OptionalNumbers("best_logprobs", kMinLogprob, kMaxLogprob, &f->best_logprobs));
+  const size_t n = f->token_ids.size();
+  LOOM_RETURN_IF_ERROR(r.SameLength("logprobs", f->logprobs.size(), n, "token_ids"));
+  return r.SameLength("best_logprobs", f->best_logprobs.size(), n, "token_ids");
 }
 
 Status ReadFields(Reader& r, Complete* f) {
@@ -636,6 +667,8 @@ void WriteFields(const Chunk& f, json& j) {
   j["index"] = f.index;
   j["text"] = f.text;
   j["token_ids"] = f.token_ids;
+  if (!f.logprobs.empty()) j["logprobs"] = f.logprobs;
+  if (!f.best_logprobs.empty()) j["best_logprobs"] = f.best_logprobs;
 }
 
 void WriteFields(const Complete& f, json& j) {

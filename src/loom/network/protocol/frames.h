@@ -15,7 +15,8 @@
 //   free text (error message): at most 4096 bytes; chunk text: at most 1 MiB;
 //   byte counts: integers in [0, 2^48], so a hub can add up a large fleet without overflow;
 //   token ids: [0, 2^31-1], at most 2^20 in one list; token counts and chunk indices: [0, 2^31-1];
-//   model lists: at most 256, names unique within a list.
+//   model lists: at most 256, names unique within a list;
+//   chunk log-probabilities: numbers in [kMinLogprob, kMaxLogprob], one per token id.
 // Strings must be valid UTF-8.  A frame built in code with invalid UTF-8 in a string (for example
 // chunk text cut inside a multi-byte character) is serialized with U+FFFD in place of the bad
 // bytes, so the sender should only cut text at character boundaries.
@@ -54,6 +55,8 @@ inline constexpr int64_t kMaxPodDegree = 64;  // tp and pp
 inline constexpr double kMaxMemBandwidthGbps = 1e6;
 inline constexpr int64_t kSignatureBytes = 64;  // Ed25519
 inline constexpr int64_t kNonceBytes = 32;
+inline constexpr double kMinLogprob = -1e9;  // what a node sends for an impossible token
+inline constexpr double kMaxLogprob = 1;     // log-probabilities are <= 0 up to rounding
 
 // Every member has an initializer ({} where empty) so that designated initializers may leave any
 // out without -Wmissing-field-initializers warnings.
@@ -159,6 +162,12 @@ struct Chunk {
   int64_t index = 0;                 // 0, 1, 2, ... within the attempt
   std::string text{};                // at most kMaxChunkTextBytes
   std::vector<int32_t> token_ids{};  // the tokens this chunk's text decodes from (may be empty)
+  // Scoring requests only (the assign's request asked for logprobs): for each of token_ids, its
+  // log-probability under the node's model, and the most likely token's log-probability at that
+  // position.  Either empty (absent from the JSON) or as long as token_ids; each in
+  // [kMinLogprob, kMaxLogprob].
+  std::vector<double> logprobs{};
+  std::vector<double> best_logprobs{};
   bool operator==(const Chunk&) const = default;
 };
 

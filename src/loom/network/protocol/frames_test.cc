@@ -84,6 +84,12 @@ std::vector<Frame> SampleFrames() {
       Accepted{.attempt_id = "att-1", .prompt_token_ids = {}},
       Chunk{.attempt_id = "att-1", .index = 0, .text = "Hello, \"world\"\n€", .token_ids = {9906}},
       Chunk{.attempt_id = "att-1", .index = 7, .text = "", .token_ids = {}},
+      Chunk{.attempt_id = "att-2",
+            .index = 0,
+            .text = " there",
+            .token_ids = {383, 12},
+            .logprobs = {-0.0684, -1e9},
+            .best_logprobs = {-0.0684, -0.5}},
       Complete{.attempt_id = "att-1",
                .finish_reason = "length",
                .prompt_tokens = 12,
@@ -283,6 +289,27 @@ TEST(FramesTest, RejectsNumbersOutOfRange) {
   EXPECT_THAT(ParseError(R"({"v":1,"type":"chunk","attempt_id":"a","index":1e400,"text":"",)"
                          R"("token_ids":[]})"),
               HasSubstr("frame: not valid JSON"));
+}
+
+TEST(FramesTest, ChunkScoresAreOptionalAndOnePerToken) {
+  const Chunk plain{.attempt_id = "a", .token_ids = {1, 2}};
+  EXPECT_THAT(SerializeFrame(plain), ::testing::Not(HasSubstr("logprobs")));
+  EXPECT_THAT(ParseError(Edited(plain, [](json& j) { j["logprobs"] = {-1.0}; })),
+              HasSubstr("field 'logprobs' has 1 items but 'token_ids' has 2"));
+  EXPECT_THAT(
+      ParseError(Edited(plain,
+                        [](json& j) {
+                          j["best_logprobs"] = {-1.0, 2.0};
+                        })),
+      HasSubstr("field 'best_logprobs[1]' must be a number in [-1000000000.0, 1.0] (got 2.0)"));
+  EXPECT_THAT(ParseError(Edited(plain,
+                                [](json& j) {
+                                  j["logprobs"] = {-1.0, "x"};
+                                })),
+              HasSubstr("field 'logprobs[1]' must be a number"));
+  auto null = ParseFrame(Edited(plain, [](json& j) { j["logprobs"] = nullptr; }));
+  ASSERT_TRUE(null.ok()) << null.status().ToString();
+  EXPECT_TRUE(std::get<Chunk>(*null).logprobs.empty());
 }
 
 TEST(FramesTest, RejectsUnknownFields) {

@@ -18,14 +18,15 @@ namespace loom::network::store {
 struct Migration {
   std::string_view description;
   // SQL shared by both engines, except that "{id}" stands for an auto-numbered BIGINT primary
-  // key, which the engines spell differently.
+  // key, which the engines spell differently, and that a statement that starts with "{sqlite}" or
+  // "{postgresql}" runs on that engine only.
   std::vector<std::string_view> statements;
 };
 
 // This build's migrations, in order; SchemaVersion() of an up-to-date store is their count.
 std::span<const Migration> Migrations();
 
-// `statement` in `dialect`'s spelling.
+// `statement` in `dialect`'s spelling ("" for a statement of the other engine only).
 std::string StatementFor(std::string_view statement, Dialect dialect);
 
 // The last migration `conn`'s database has (0 for a new database).

@@ -1,5 +1,6 @@
 // The ledger half of SqlStore (store.h, "Ledger"): transactions, lines and running balances in
-// three tables (schema.cc, migration 2), written in the caller's transaction or one of their own.
+// three tables (schema.cc, migrations 2 and 3), written in the caller's transaction or one of
+// their own.
 #include <algorithm>
 #include <map>
 #include <set>
@@ -41,7 +42,8 @@ bool KnownBook(std::string_view book, bool* may_go_negative) {
 }
 
 bool KnownKind(std::string_view kind) {
-  return kind == "grant" || kind == "reserve" || kind == "settle" || kind == "release";
+  return kind == "grant" || kind == "reserve" || kind == "settle" || kind == "release" ||
+         kind == "void" || kind == "forfeit";
 }
 
 bool StartsWith(std::string_view s, std::string_view prefix) {
@@ -221,24 +223,112 @@ StatusOr<Store::Released> SqlStore::ReleasePending(int64_t settled_by_ms, int64_
     if (attempt.empty()) continue;  // a settlement that paid no node
     const int64_t amount = row.Int(4);
     if (!row.status().ok()) return row.status().WithContext(StrCat("store: ", op));
-    LOOM_ASSIGN_OR_RETURN(
-        SqlResult done,
-        Run(op, "SELECT 1 FROM ledger_tx WHERE kind = 'release' AND ref = $1", {attempt}));
-    if (!done.rows.empty()) continue;
+    // What is still pending: nothing once released, voided (a failed check) or forfeited.
+    LOOM_ASSIGN_OR_RETURN(const int64_t left, PendingOf(attempt, book));
+    if (left <= 0) continue;
     LedgerTx release;
     release.kind = "release";
     release.ref = attempt;
     release.at_ms = now_ms;
     release.memo = "verification window passed";
-    release.lines = {
-        {book, -amount, attempt},
-        {"available:" + book.substr(std::string_view("pending:").size()), amount, attempt}};
+    release.lines = {{book, -std::min(left, amount), attempt},
+                     {"available:" + book.substr(std::string_view("pending:").size()),
+                      std::min(left, amount), attempt}};
     LOOM_RETURN_IF_ERROR(PostIn(release).status());
     out.count += 1;
   }
   Status committed = t.Commit();
   if (!committed.ok()) return committed.WithContext(StrCat("store: ", op));
   return out;
+}
+
+StatusOr<int64_t> SqlStore::PendingOf(std::string_view attempt_id, std::string_view book) {
+  LOOM_ASSIGN_OR_RETURN(SqlResult r, Run(StrCat("pending credit of ", Quoted(attempt_id)),
+                                         "SELECT COALESCE(SUM(amount), 0) FROM ledger_lines "
+                                         "WHERE attempt_id = $1 AND book = $2",
+                                         {attempt_id, book}));
+  if (r.rows.empty()) return int64_t{0};
+  RowReader row(r.rows[0]);
+  const int64_t left = row.Int(0);
+  if (!row.status().ok()) return row.status().WithContext("store: pending credit");
+  return left;
+}
+
+StatusOr<int64_t> SqlStore::VoidAttempt(std::string_view attempt_id, std::string_view to_book,
+                                        std::string_view memo, int64_t now_ms) {
+  const std::string op = StrCat("void attempt ", Quoted(attempt_id));
+  if (to_book != "fee" && !StartsWith(to_book, "consumer:")) {
+    return InvalidArgumentError("store: ", op, ": a void pays a consumer or the fee, not ",
+                                Quoted(to_book));
+  }
+  Transaction t(*conn_);
+  Status begun = t.Begin();
+  if (!begun.ok()) return begun.WithContext(StrCat("store: ", op));
+  LOOM_ASSIGN_OR_RETURN(SqlResult books,
+                        Run(op,
+                            "SELECT DISTINCT book FROM ledger_lines WHERE attempt_id = $1 "
+                            "AND book LIKE 'pending:%' ORDER BY book",
+                            {attempt_id}));
+  LedgerTx v;
+  v.kind = "void";
+  v.ref = std::string(attempt_id);
+  v.at_ms = now_ms;
+  v.memo = std::string(memo).substr(0, 200);
+  int64_t total = 0;
+  for (const auto& r : books.rows) {
+    RowReader row(r);
+    const std::string book = row.Text(0);
+    if (!row.status().ok()) return row.status().WithContext(StrCat("store: ", op));
+    LOOM_ASSIGN_OR_RETURN(const int64_t left, PendingOf(attempt_id, book));
+    if (left <= 0) continue;
+    v.lines.push_back({book, -left, std::string(attempt_id)});
+    total += left;
+  }
+  if (total == 0) return int64_t{0};  // (rolled back: nothing was written)
+  v.lines.push_back({std::string(to_book), total, std::string(attempt_id)});
+  LOOM_RETURN_IF_ERROR(PostIn(v).status());
+  Status committed = t.Commit();
+  if (!committed.ok()) return committed.WithContext(StrCat("store: ", op));
+  return total;
+}
+
+StatusOr<int64_t> SqlStore::ForfeitPending(std::string_view node_id, std::string_view memo,
+                                           int64_t now_ms) {
+  const std::string op = StrCat("forfeit the pending credit of ", Quoted(node_id));
+  const std::string book = StrCat("pending:", node_id);
+  Transaction t(*conn_);
+  Status begun = t.Begin();
+  if (!begun.ok()) return begun.WithContext(StrCat("store: ", op));
+  LOOM_ASSIGN_OR_RETURN(SqlResult rows,
+                        Run(op,
+                            "SELECT attempt_id, SUM(amount) FROM ledger_lines WHERE book = $1 "
+                            "GROUP BY attempt_id HAVING SUM(amount) > 0 ORDER BY attempt_id",
+                            {book}));
+  int64_t total = 0;
+  // At most kMaxLedgerLines - 1 attempts a transaction (one line goes to the fee).
+  for (size_t first = 0, part = 0; first < rows.rows.size(); ++part) {
+    LedgerTx f;
+    f.kind = "forfeit";
+    f.ref = StrCat(node_id, "@", now_ms, part ? StrCat("#", part) : "");
+    f.at_ms = now_ms;
+    f.memo = std::string(memo).substr(0, 200);
+    int64_t sum = 0;
+    for (; first < rows.rows.size() && f.lines.size() + 1 < kMaxLedgerLines; ++first) {
+      RowReader row(rows.rows[first]);
+      const std::string attempt = row.Text(0);
+      const int64_t amount = row.Int(1);
+      if (!row.status().ok()) return row.status().WithContext(StrCat("store: ", op));
+      f.lines.push_back({book, -amount, attempt});
+      sum += amount;
+    }
+    f.lines.push_back({"fee", sum, ""});
+    LOOM_RETURN_IF_ERROR(PostIn(f).status());
+    total += sum;
+  }
+  if (total == 0) return int64_t{0};
+  Status committed = t.Commit();
+  if (!committed.ok()) return committed.WithContext(StrCat("store: ", op));
+  return total;
 }
 
 Status SqlStore::ReturnHoldsOfRunningJobs(std::string_view why, int64_t now_ms) {
@@ -323,6 +413,31 @@ StatusOr<std::vector<std::string>> SqlStore::CheckLedger() {
       [&](const auto& r) {
         return StrCat("job ", col(r, 0), " is not running but holds ", col(r, 1), " micro-credits");
       }));
+  LOOM_RETURN_IF_ERROR(each(
+      "SELECT t.id, t.kind, l.book, l.attempt_id FROM ledger_tx t "
+      "JOIN ledger_lines l ON l.tx_id = t.id WHERE t.kind IN ('void', 'forfeit') AND l.amount < 0 "
+      "AND (l.book NOT LIKE 'pending:%' OR l.attempt_id = '' "
+      "OR (t.kind = 'void' AND l.attempt_id != t.ref)) ORDER BY t.id, l.id",
+      [&](const auto& r) {
+        return StrCat("transaction ", col(r, 0), " (", col(r, 1), ") takes from ", col(r, 2),
+                      " for attempt '", col(r, 3), "', not from that attempt's pending credit");
+      }));
+  LOOM_RETURN_IF_ERROR(
+      each("SELECT t.id, t.kind, l.book FROM ledger_tx t JOIN ledger_lines l ON l.tx_id = t.id "
+           "WHERE t.kind IN ('void', 'forfeit') AND l.amount > 0 AND l.book != 'fee' "
+           "AND l.book NOT LIKE 'consumer:%' ORDER BY t.id, l.id",
+           [&](const auto& r) {
+             return StrCat("transaction ", col(r, 0), " (", col(r, 1), ") pays ", col(r, 2),
+                           ", not a consumer or the fee");
+           }));
+  LOOM_RETURN_IF_ERROR(
+      each("SELECT r.node_id, b.balance FROM node_reputation r JOIN ledger_balances b "
+           "ON b.book = 'pending:' || r.node_id WHERE r.untrusted != 0 AND b.balance != 0 "
+           "ORDER BY r.node_id",
+           [&](const auto& r) {
+             return StrCat("node ", col(r, 0), " is untrusted but still has ", col(r, 1),
+                           " micro-credits pending");
+           }));
   LOOM_RETURN_IF_ERROR(
       each("SELECT t.ref, l.amount FROM ledger_tx t JOIN ledger_lines l ON l.tx_id = t.id "
            "WHERE t.kind = 'settle' AND l.book LIKE 'consumer:%' AND l.amount < 0",

@@ -47,17 +47,27 @@ class SqlStore final : public Store {
   StatusOr<std::vector<LedgerTx>> BookHistory(std::string_view book, int64_t limit) override;
   StatusOr<Released> ReleasePending(int64_t settled_by_ms, int64_t now_ms, int64_t after_tx,
                                     int64_t limit) override;
+  StatusOr<int64_t> VoidAttempt(std::string_view attempt_id, std::string_view to_book,
+                                std::string_view memo, int64_t now_ms) override;
+  StatusOr<int64_t> ForfeitPending(std::string_view node_id, std::string_view memo,
+                                   int64_t now_ms) override;
   StatusOr<std::vector<std::string>> CheckLedger() override;
   StatusOr<SlotRecord> OfferSlot(const SlotRecord& offer) override;
   Status RecordProbe(int64_t slot_id, int64_t day, bool answered) override;
   StatusOr<std::vector<SlotDay>> SlotDays(int64_t slot_id, int64_t from_day) override;
   Status LoseSlot(int64_t slot_id, int64_t now_ms, std::string_view reason) override;
   StatusOr<std::vector<SlotRecord>> ListSlots() override;
+  StatusOr<std::optional<NodeReputation>> FindReputation(std::string_view node_id) override;
+  StatusOr<std::vector<NodeReputation>> ListReputations() override;
+  Status PutReputation(const NodeReputation& reputation) override;
+  StatusOr<std::string> Setting(std::string_view name, std::string_view initial) override;
   StatusOr<int64_t> SchemaVersion() override;
 
  private:
   // sql_ledger.cc: writes `tx` inside the caller's open write transaction.
   StatusOr<int64_t> PostIn(const LedgerTx& tx);
+  // What attempt `attempt_id` still has in `book` (the sum of its lines there).
+  StatusOr<int64_t> PendingOf(std::string_view attempt_id, std::string_view book);
   // Inside FailUnfinishedJobs: a settlement charging nothing for each running job's reservation.
   Status ReturnHoldsOfRunningJobs(std::string_view why, int64_t now_ms);
   // The rows of a job's (or any) CreateJob / FinishJob without a transaction of their own.

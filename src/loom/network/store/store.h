@@ -75,6 +75,25 @@ struct AttemptRecord {
   std::string error;
 };
 
+// What the hub has learned of a node by checking its work (network/verify, docs/network.md
+// "Verification").  A node without a row has never been checked: all zero.
+struct NodeReputation {
+  std::string node_id;
+  int64_t jobs = 0;  // attempts of its that streamed tokens
+  int64_t checks_passed = 0;
+  int64_t checks_failed = 0;
+  int64_t streak = 0;           // checks passed since the last failure
+  int64_t window_start_ms = 0;  // the failure window: when its first failure was
+  int64_t window_failures = 0;  // ...and the failures since
+  std::string last_result;      // "", "passed" or "failed"
+  int64_t last_check_ms = 0;
+  bool untrusted = false;  // gets no work; its pending credit is forfeited
+  int64_t untrusted_ms = 0;
+  int64_t served_tokens = 0;  // prompt and completion tokens of its attempts
+  int64_t check_tokens = 0;   // tokens other nodes spent checking its work
+  bool operator==(const NodeReputation&) const = default;
+};
+
 // ---- Ledger: double-entry, append-only, integer micro-credits (1 credit = 1,000,000) ----
 // A book is an account of the ledger, named by kind and owner:
 //   "consumer:<account id>"  credits a consumer can spend          (never below 0)
@@ -85,7 +104,9 @@ struct AttemptRecord {
 //   "issued"                 where granted credits come from        (its negative is all issued)
 // A transaction's lines sum to zero.  Kinds and their refs: "grant" (a grant id), "reserve" and
 // "settle" (a job id; each at most once per job), "release" (an attempt id: its pending credit
-// made available, at most once).  Books keep a running balance, written with the lines.
+// made available, at most once), "void" (an attempt id: a failed check takes its pending credit
+// back, at most once) and "forfeit" (a node id and time: an untrusted node's pending credit goes
+// to the fee).  Books keep a running balance, written with the lines.
 struct LedgerLine {
   std::string book;
   int64_t amount = 0;      // signed: what the line adds to the book
@@ -219,10 +240,21 @@ class Store {  // not thread-safe: the hub calls it from its one loop thread
   };
   virtual StatusOr<Released> ReleasePending(int64_t settled_by_ms, int64_t now_ms,
                                             int64_t after_tx, int64_t limit) = 0;
+  // Takes back what attempt `attempt_id` still has pending (its settlement's credit, unless it
+  // was released, voided or forfeited already) into `to_book`, as a "void" transaction; returns
+  // the amount (0: nothing pending, nothing written).
+  virtual StatusOr<int64_t> VoidAttempt(std::string_view attempt_id, std::string_view to_book,
+                                        std::string_view memo, int64_t now_ms) = 0;
+  // Moves every attempt credit still pending for `node_id` to the fee, in one "forfeit"; returns
+  // the amount (0: nothing pending, nothing written).
+  virtual StatusOr<int64_t> ForfeitPending(std::string_view node_id, std::string_view memo,
+                                           int64_t now_ms) = 0;
   // Every broken invariant, one sentence each (empty: the ledger is sound): a transaction that
   // does not sum to zero or has no lines, a balance that differs from the sum of its book's
-  // lines, an attempt paid twice or released beyond its credit, a finished job whose hold was not
-  // given back exactly, a settlement that charged more than its reservation.
+  // lines, an attempt paid twice or taken back (released, voided, forfeited) beyond its credit, a
+  // finished job whose hold was not given back exactly, a settlement that charged more than its
+  // reservation, a void or forfeit that takes from anything but an attempt's pending credit or
+  // pays anything but a consumer or the fee, an untrusted node that still has pending credit.
   virtual StatusOr<std::vector<std::string>> CheckLedger() = 0;
 
   // Slots.  OfferSlot returns the stored slot of (node_id, model): a new one (active, created at
@@ -236,6 +268,16 @@ class Store {  // not thread-safe: the hub calls it from its one loop thread
   virtual StatusOr<std::vector<SlotDay>> SlotDays(int64_t slot_id, int64_t from_day) = 0;
   virtual Status LoseSlot(int64_t slot_id, int64_t now_ms, std::string_view reason) = 0;
   virtual StatusOr<std::vector<SlotRecord>> ListSlots() = 0;
+
+  // Reputations (NodeReputation).  PutReputation writes the whole row (insert or replace);
+  // ListReputations is ordered by node_id.
+  virtual StatusOr<std::optional<NodeReputation>> FindReputation(std::string_view node_id) = 0;
+  virtual StatusOr<std::vector<NodeReputation>> ListReputations() = 0;
+  virtual Status PutReputation(const NodeReputation& reputation) = 0;
+
+  // A hub setting: the stored value of `name`, storing `initial` first if it has none (so two
+  // hubs on one database agree on it).
+  virtual StatusOr<std::string> Setting(std::string_view name, std::string_view initial) = 0;
 
   // The number of the last migration applied (schema.h).
   virtual StatusOr<int64_t> SchemaVersion() = 0;
