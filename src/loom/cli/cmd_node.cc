@@ -42,6 +42,7 @@ struct NodeFlags {
   std::string models;
   std::string max_memory;
   std::string schedule;
+  std::string location;
   double busy = 0;
   int ranks = 0;
   double chunk_ms = 10;
@@ -65,6 +66,11 @@ int RunNode(const NodeFlags& f) {
   o.ca_file = f.ca_file;
   o.models = SplitCommas(f.models);
   o.schedule = f.schedule;
+  if (!f.location.empty()) {
+    auto location = node::ParseLocation(f.location);
+    if (!location.ok()) return Fail(location.status());
+    o.location = *location;
+  }
   o.busy_threshold = f.busy;
   o.serve = f.serve;
   o.ranks = f.ranks;
@@ -125,6 +131,9 @@ void AddNodeCommand(CLI::App& app, Action* action) {
                 "memory to lend, e.g. 8G (default: 90% of what is available now)");
   n->add_option("--schedule", f->schedule,
                 "lending hours, local time, e.g. 22:00-07:30,12:00-13:00 (default: always)");
+  n->add_option("--location", f->location,
+                "where this machine is, LAT,LON in degrees (e.g. 52.5,13.4); the hub rounds it to "
+                "1 degree and shows it on its public world page (default: not shown)");
   n->add_option("--pause-when-busy", f->busy,
                 "take no new work while other programs use more than this fraction of the CPU "
                 "(0 = never)")

@@ -20,6 +20,7 @@
 #include "loom/net/http_server.h"
 #include "loom/net/websocket.h"
 #include "loom/network/hub/hub.h"
+#include "loom/network/hub/world.h"
 #include "loom/network/placement/placement.h"
 #include "loom/network/protocol/frames.h"
 #include "loom/network/store/store.h"
@@ -49,6 +50,7 @@ struct NodeConn {
   protocol::NodeFacts facts;
   std::vector<protocol::ModelInfo> models;
   std::optional<protocol::PodInfo> pod;
+  std::optional<protocol::Location> location;  // as declared; the world page rounds it
   int32_t max_concurrency = 1;
   protocol::Heartbeat last;     // the latest heartbeat
   double last_heartbeat = 0;
@@ -103,6 +105,36 @@ struct Job {
   // Benchmarks (consumer == null).
   bool benchmark = false;
   int64_t bench_prompt_tokens = 0;
+};
+
+// The public world page's state (hub_world.cc): what the hub remembers of each machine for it,
+// the history read from the store, the cached snapshot and the event-stream clients.
+struct WorldCache {
+  struct Seen {  // from a node's latest register, kept after it disconnects (this run only)
+    std::string chip;
+    int64_t memory_bytes = -1;
+    std::optional<protocol::Location> location;  // rounded (world::RoundLocation)
+    std::optional<protocol::PodInfo> pod;
+  };
+  std::unordered_map<std::string, Seen> seen;          // node id -> ...
+  std::unordered_map<std::string, std::string> names;  // node id -> pseudonym
+  std::unordered_map<std::string, std::string> taken;  // pseudonym -> node id
+  // From the store, refreshed every minute (every 5 s while nodes come and go).
+  double history_at = -1e9;
+  bool history_dirty = true;
+  std::vector<std::pair<std::string, int64_t>> enrolled;  // node id, enrolled_ms (by node id)
+  std::unordered_map<std::string, store::Store::NodeActivity> activity;
+  std::unordered_map<std::string, int64_t> requests_last_hour;  // model -> count
+  int64_t tokens_per_day = 0;
+  double last_extend = 0;  // when open node sessions were last moved forward
+  // The snapshot, rebuilt at most once a second.
+  double built_at = -1e9;
+  double build_ms = 0;  // how long the last rebuild took
+  std::string json;     // /world.json
+  std::string totals;   // its "totals" object
+  std::unordered_map<std::string, std::string> rows;  // pseudonym -> its machine's JSON
+  std::vector<std::shared_ptr<net::Responder>> clients;  // /world/events
+  double last_ping = 0;
 };
 
 class Hub::Impl {
@@ -164,6 +196,15 @@ class Hub::Impl {
   int64_t LargestContext(const std::string& model);
   void SendFrame(NodeConn& c, const protocol::Frame& f);
 
+  // hub_world.cc: the public world page.
+  void OnWorld(const net::Request& request, const std::shared_ptr<net::Responder>& responder);
+  void WorldTick(double now);
+  void NoteNodeUp(const NodeConn& c);    // registered: its session opens, the page learns it
+  void NoteNodeDown(const NodeConn& c);  // disconnected: its session closes
+  void RefreshWorldHistory();
+  void BuildWorld(double now);
+  const std::string& WorldName(const std::string& node_id);
+
   // hub_models.cc: which models stay loaded where (load_model / unload_model).
   void ManageModels(double now);
   void NoteLoaded(NodeConn& c, const std::vector<std::string>& before, double now);
@@ -208,6 +249,7 @@ class Hub::Impl {
   // API key hash -> (account, when looked up): a short cache in front of the store.
   std::unordered_map<std::string, std::pair<std::optional<int64_t>, double>> key_cache_;
   int64_t jobs_completed_ = 0, jobs_failed_ = 0, failovers_ = 0;
+  WorldCache world_;
 };
 
 // Store writes the hub cannot undo are logged and the work goes on (the consumer is served).

@@ -1,0 +1,136 @@
+#include "loom/network/hub/world.h"
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <cmath>
+
+#include "loom/base/status.h"
+#include "loom/network/protocol/identity.h"
+
+namespace loom::network::hub::world {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr std::array<std::string_view, 64> kAdjectives = {
+    "amber",  "azure",  "bold",   "brave",  "brisk",  "calm",   "clever", "coral",
+    "crisp",  "dapper", "deft",   "eager",  "early",  "fair",   "fancy",  "fleet",
+    "frank",  "gentle", "glad",   "golden", "grand",  "happy",  "hardy",  "hazel",
+    "honest", "ivory",  "jade",   "jolly",  "keen",   "kind",   "lively", "lucky",
+    "mellow", "merry",  "mighty", "misty",  "noble",  "olive",  "patient", "plucky",
+    "polite", "proud",  "quick",  "quiet",  "rapid",  "ready",  "rosy",   "royal",
+    "rustic", "sage",   "scarlet", "sharp", "silver", "sleek",  "snowy",  "sturdy",
+    "sunny",  "swift",  "tidy",   "tranquil", "vivid", "warm",  "witty",  "zesty"};
+constexpr std::array<std::string_view, 64> kAnimals = {
+    "badger",  "beaver", "bison",  "bobcat",  "camel",  "caribou", "cheetah", "condor",
+    "cougar",  "coyote", "crane",  "dingo",   "dolphin", "eagle",  "egret",   "falcon",
+    "ferret",  "finch",  "fox",    "gazelle", "gecko",  "heron",   "ibex",    "ibis",
+    "jackal",  "jaguar", "koala",  "lemur",   "leopard", "lynx",   "magpie",  "marmot",
+    "marten",  "mink",   "moose",  "narwhal", "newt",   "ocelot",  "orca",    "osprey",
+    "otter",   "owl",    "panda",  "panther", "pelican", "puffin", "quail",   "rabbit",
+    "raven",   "robin",  "salmon", "seal",    "shrike", "sparrow", "stoat",   "swan",
+    "tapir",   "tern",   "tiger",  "toucan",  "walrus", "weasel",  "wombat",  "yak"};
+
+constexpr int64_t kTiersGb[] = {1,  2,  4,   8,   12,  16,  24,  32,   48,   64,
+                                96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048};
+
+int HexDigit(char c) { return c <= '9' ? c - '0' : c - 'a' + 10; }
+
+}  // namespace
+
+std::string Pseudonym(std::string_view node_id) {
+  // Keyed by a fixed label so that the name is not the plain hash of the id; 6 + 6 + ~13.3 bits.
+  const std::string h = protocol::Sha256Hex(StrCat("loom world pseudonym v1\n", node_id));
+  uint64_t v = 0;
+  for (int i = 0; i < 16; ++i) v = (v << 4) | static_cast<uint64_t>(HexDigit(h[i]));
+  const std::string_view adjective = kAdjectives[v & 63];
+  const std::string_view animal = kAnimals[(v >> 6) & 63];
+  char digits[8];
+  std::snprintf(digits, sizeof(digits), "%04u", static_cast<unsigned>((v >> 12) % 10000));
+  return StrCat(adjective, "-", animal, "-", digits);
+}
+
+int64_t MemoryTierGb(int64_t bytes) {
+  const double gb = static_cast<double>(bytes) / double(int64_t{1} << 30);
+  if (!(gb >= 0.5)) return 0;
+  int64_t best = 1;
+  double best_distance = 1e300;
+  auto consider = [&](int64_t tier) {
+    const double d = std::fabs(std::log(gb / static_cast<double>(tier)));
+    if (d < best_distance) best_distance = d, best = tier;
+  };
+  for (int64_t t : kTiersGb) consider(t);
+  if (gb > 2048) consider(std::max<int64_t>(1, std::llround(gb / 1024)) * 1024);
+  return best;
+}
+
+protocol::Location RoundLocation(const protocol::Location& exact) {
+  const double step = kLocationStepDegrees;
+  protocol::Location r;
+  r.lat = std::clamp(std::round(exact.lat / step) * step, -90.0, 90.0);
+  r.lon = std::round(exact.lon / step) * step;
+  if (r.lon >= 180) r.lon -= 360;  // 180 and -180 are one meridian
+  if (r.lon < -180) r.lon = -180;
+  // (-0.0 prints as "-0.0": make it 0)
+  if (r.lat == 0) r.lat = 0;
+  if (r.lon == 0) r.lon = 0;
+  return r;
+}
+
+std::string_view StateName(State s) {
+  switch (s) {
+    case State::kOnline: return "online";
+    case State::kServing: return "serving";
+    case State::kSuspect: return "suspect";
+    case State::kOffline: return "offline";
+  }
+  return "offline";
+}
+
+json MachineJson(const Machine& m) {
+  json j;
+  j["name"] = m.name;
+  j["state"] = StateName(m.state);
+  j["chip"] = m.chip.empty() ? json(nullptr) : json(m.chip);
+  j["memory_gb"] = m.memory_gb < 0 ? json(nullptr) : json(m.memory_gb);
+  j["slot"] = m.slot;
+  j["models"] = m.models;
+  // (speeds and fractions to 3 significant places: the page shows no more)
+  j["tokens_per_s"] = std::round(m.tokens_per_s * 10) / 10;
+  j["reliability_30d"] =
+      m.reliability ? json(std::round(*m.reliability * 1000) / 1000) : json(nullptr);
+  j["verification_pass_rate"] =
+      m.verification_pass_rate ? json(*m.verification_pass_rate) : json(nullptr);
+  j["tokens_served_30d"] = m.tokens_served;
+  j["location"] = m.location ? json{m.location->lat, m.location->lon} : json(nullptr);
+  j["pod"] = m.pod ? json{{"tp", m.pod->tp}, {"pp", m.pod->pp}, {"ranks", m.pod->tp * m.pod->pp}}
+                   : json(nullptr);
+  return j;
+}
+
+json TotalsJson(const Totals& t, const std::vector<ModelLine>& models) {
+  json list = json::array();
+  for (const ModelLine& m : models) {
+    list.push_back(json{{"name", m.name},
+                        {"holders", m.holders},
+                        {"loaded", m.loaded},
+                        {"tokens_per_s", std::round(m.tokens_per_s * 10) / 10},
+                        {"requests_last_hour", m.requests_last_hour},
+                        {"queued", m.queued}});
+  }
+  return json{{"machines_online", t.machines_online},
+              {"machines_serving", t.machines_serving},
+              {"machines_offline", t.machines_offline},
+              {"memory_bytes", t.memory_bytes},
+              {"tokens_per_day", t.tokens_per_day},
+              {"models", list}};
+}
+
+std::optional<double> Reliability(int64_t connected_ms, int64_t enrolled_ms, int64_t now_ms) {
+  const int64_t window = std::min(kReliabilityWindowMs, now_ms - enrolled_ms);
+  if (window <= 0) return std::nullopt;
+  return std::clamp(static_cast<double>(connected_ms) / static_cast<double>(window), 0.0, 1.0);
+}
+
+}  // namespace loom::network::hub::world
