@@ -73,6 +73,27 @@ function polygonsOf(geometry, arcs) {
 // ---- the map ----
 const project = (lon, lat, w, h) => [((lon + 180) / 360) * w, ((90 - lat) / 180) * h];
 
+// A ring that crosses the antimeridian jumps by ~360 degrees of longitude.  Unwrapped (each step
+// taken the short way round), a ring around a pole (Antarctica) ends a full turn from where it
+// began and is closed along the pole's edge of the map; any other crossing ring is drawn again one
+// turn over, so that both halves show.
+function unwrap(ring) {
+  const out = [ring[0].slice()];
+  for (let k = 1; k < ring.length; ++k) {
+    let lon = ring[k][0];
+    const prev = out[k - 1][0];
+    while (lon - prev > 180) lon -= 360;
+    while (lon - prev < -180) lon += 360;
+    out.push([lon, ring[k][1]]);
+  }
+  const turn = out[out.length - 1][0] - out[0][0];
+  if (Math.abs(turn) > 180) {
+    const pole = out.reduce((s, p) => s + p[1], 0) < 0 ? -90 : 90;
+    out.push([out[out.length - 1][0], pole], [out[0][0], pole]);
+  }
+  return out;
+}
+
 function drawLand(topo, w, h) {
   const arcs = decodeArcs(topo);
   const off = document.createElement("canvas");
@@ -83,13 +104,19 @@ function drawLand(topo, w, h) {
   for (const object of Object.values(topo.objects)) {
     for (const polygon of polygonsOf(object, arcs)) {
       g.beginPath();
-      for (const ring of polygon) {
-        ring.forEach(([lon, lat], k) => {
-          const [x, y] = project(lon, lat, w, h);
-          if (k === 0) g.moveTo(x, y);
-          else g.lineTo(x, y);
-        });
-        g.closePath();
+      for (const ring of polygon.map(unwrap)) {
+        const lons = ring.map((p) => p[0]);
+        const shifts = [0];
+        if (Math.min(...lons) < -180) shifts.push(360);
+        if (Math.max(...lons) > 180) shifts.push(-360);
+        for (const shift of shifts) {
+          ring.forEach(([lon, lat], k) => {
+            const [x, y] = project(lon + shift, lat, w, h);
+            if (k === 0) g.moveTo(x, y);
+            else g.lineTo(x, y);
+          });
+          g.closePath();
+        }
       }
       g.fill("evenodd");
     }
