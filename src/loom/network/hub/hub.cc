@@ -317,7 +317,11 @@ json Hub::Impl::StatusJson() const {
               {"jobs_completed", jobs_completed_},
               {"jobs_failed", jobs_failed_},
               {"failovers", failovers_},
-              {"model_actions", json(model_actions_)}};
+              {"model_actions", json(model_actions_)},
+              {"world", json{{"build_ms", world_.build_ms},
+                             {"history_ms", world_.history_ms},
+                             {"machines", static_cast<int64_t>(world_.rows.size())},
+                             {"watchers", static_cast<int64_t>(world_.clients.size())}}}};
 }
 
 void Hub::Impl::SendFrame(NodeConn& c, const protocol::Frame& f) {

@@ -129,7 +129,8 @@ struct WorldCache {
   double last_extend = 0;  // when open node sessions were last moved forward
   // The snapshot, rebuilt at most once a second.
   double built_at = -1e9;
-  double build_ms = 0;  // how long the last rebuild took
+  double build_ms = 0;    // how long the last rebuild took (the history's refresh apart)
+  double history_ms = 0;  // ...and the last refresh of the history
   std::string json;     // /world.json
   std::string totals;   // its "totals" object
   std::unordered_map<std::string, std::string> rows;  // pseudonym -> its machine's JSON

@@ -102,12 +102,14 @@ void Hub::Impl::RefreshWorldHistory() {
 }
 
 void Hub::Impl::BuildWorld(double now) {
-  const base::Stopwatch watch;
   if (now - world_.history_at >= (world_.history_dirty ? kHistoryDirtyS : kHistoryS)) {
+    const base::Stopwatch history_watch;
     world_.history_at = now;
     world_.history_dirty = false;
     RefreshWorldHistory();
+    world_.history_ms = history_watch.Seconds() * 1000;
   }
+  const base::Stopwatch watch;
   const int64_t now_ms = base::UnixMillis();
   std::unordered_map<std::string, int64_t> enrolled_ms;
   enrolled_ms.reserve(world_.enrolled.size());
@@ -174,9 +176,11 @@ void Hub::Impl::BuildWorld(double now) {
     machines.push_back(std::move(m));
   }
   totals.tokens_per_day = world_.tokens_per_day;
-  std::sort(machines.begin(), machines.end(), [](const world::Machine& a, const world::Machine& b) {
-    const int sa = StateOrder(a.state), sb = StateOrder(b.state);
-    return sa != sb ? sa < sb : a.name < b.name;
+  std::vector<const world::Machine*> order(machines.size());
+  for (size_t i = 0; i < machines.size(); ++i) order[i] = &machines[i];
+  std::sort(order.begin(), order.end(), [](const world::Machine* a, const world::Machine* b) {
+    const int sa = StateOrder(a->state), sb = StateOrder(b->state);
+    return sa != sb ? sa < sb : a->name < b->name;
   });
   std::vector<world::ModelLine> models;
   for (const auto& [name, c] : capacity) {
@@ -207,15 +211,20 @@ void Hub::Impl::BuildWorld(double now) {
   std::unordered_map<std::string, std::string> rows;
   rows.reserve(machines.size());
   std::string list = "[";
-  for (const world::Machine& m : machines) {
-    std::string row = world::MachineJson(m).dump(-1, ' ', false, json::error_handler_t::replace);
+  list.reserve(machines.size() * 320);
+  std::string row;
+  for (const world::Machine* m : order) {
+    row.clear();
+    world::AppendMachineJson(*m, &row);
     if (list.size() > 1) list += ',';
     list += row;
     if (watched) {
-      auto old = world_.rows.find(m.name);
-      if (old == world_.rows.end() || old->second != row) events += "event: machine\ndata: " + row + "\n\n";
+      auto old = world_.rows.find(m->name);
+      if (old == world_.rows.end() || old->second != row) {
+        events.append("event: machine\ndata: ").append(row).append("\n\n");
+      }
     }
-    rows.emplace(m.name, std::move(row));
+    rows.emplace(m->name, row);
   }
   list += ']';
   if (watched) {
@@ -232,7 +241,8 @@ void Hub::Impl::BuildWorld(double now) {
   world_.totals = std::move(totals_text);
   world_.json = StrCat("{\"version\":", world::kJsonVersion, ",\"generated_ms\":", now_ms,
                        ",\"location_step_degrees\":", json(world::kLocationStepDegrees).dump(),
-                       ",\"totals\":", world_.totals, ",\"machines\":", list, "}");
+                       ",\"totals\":", world_.totals, ",\"machines\":");
+  world_.json.append(list).push_back('}');
   world_.built_at = now;
   world_.build_ms = watch.Seconds() * 1000;
   if (!events.empty()) {

@@ -88,25 +88,86 @@ std::string_view StateName(State s) {
   return "offline";
 }
 
-json MachineJson(const Machine& m) {
-  json j;
-  j["name"] = m.name;
-  j["state"] = StateName(m.state);
-  j["chip"] = m.chip.empty() ? json(nullptr) : json(m.chip);
-  j["memory_gb"] = m.memory_gb < 0 ? json(nullptr) : json(m.memory_gb);
-  j["slot"] = m.slot;
-  j["models"] = m.models;
-  // (speeds and fractions to 3 significant places: the page shows no more)
-  j["tokens_per_s"] = std::round(m.tokens_per_s * 10) / 10;
-  j["reliability_30d"] =
-      m.reliability ? json(std::round(*m.reliability * 1000) / 1000) : json(nullptr);
-  j["verification_pass_rate"] =
-      m.verification_pass_rate ? json(*m.verification_pass_rate) : json(nullptr);
-  j["tokens_served_30d"] = m.tokens_served;
-  j["location"] = m.location ? json{m.location->lat, m.location->lon} : json(nullptr);
-  j["pod"] = m.pod ? json{{"tp", m.pod->tp}, {"pp", m.pod->pp}, {"ranks", m.pod->tp * m.pod->pp}}
-                   : json(nullptr);
-  return j;
+namespace {
+
+// `s` as a JSON string (UTF-8 passed through; frames and the store hold only valid UTF-8).
+void AppendString(std::string_view s, std::string* out) {
+  out->push_back('"');
+  for (char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      out->push_back('\\');
+      out->push_back(c);
+    } else if (u < 0x20 || u == 0x7f) {
+      char esc[8];
+      std::snprintf(esc, sizeof(esc), "\\u%04x", u);
+      out->append(esc);
+    } else {
+      out->push_back(c);
+    }
+  }
+  out->push_back('"');
+}
+
+void AppendFixed(double v, int decimals, std::string* out) {
+  if (!std::isfinite(v)) v = 0;
+  char b[48];
+  std::snprintf(b, sizeof(b), "%.*f", decimals, v);
+  out->append(std::string_view(b) == "-0.0" || std::string_view(b) == "-0.000"
+                  ? std::string_view(b + 1)
+                  : std::string_view(b));
+}
+
+}  // namespace
+
+void AppendMachineJson(const Machine& m, std::string* out) {
+  out->append("{\"name\":");
+  AppendString(m.name, out);
+  out->append(",\"state\":\"").append(StateName(m.state)).append("\",\"chip\":");
+  if (m.chip.empty()) out->append("null");
+  else AppendString(m.chip, out);
+  out->append(",\"memory_gb\":");
+  out->append(m.memory_gb < 0 ? std::string("null") : std::to_string(m.memory_gb));
+  out->append(",\"slot\":");
+  AppendString(m.slot, out);
+  out->append(",\"models\":[");
+  for (size_t i = 0; i < m.models.size(); ++i) {
+    if (i > 0) out->push_back(',');
+    AppendString(m.models[i], out);
+  }
+  out->append("],\"tokens_per_s\":");
+  AppendFixed(m.tokens_per_s, 1, out);
+  out->append(",\"reliability_30d\":");
+  if (m.reliability) AppendFixed(*m.reliability, 3, out);
+  else out->append("null");
+  out->append(",\"verification_pass_rate\":");
+  if (m.verification_pass_rate) AppendFixed(*m.verification_pass_rate, 3, out);
+  else out->append("null");
+  out->append(",\"tokens_served_30d\":").append(std::to_string(m.tokens_served));
+  out->append(",\"location\":");
+  if (m.location) {
+    out->push_back('[');
+    AppendFixed(m.location->lat, 1, out);
+    out->push_back(',');
+    AppendFixed(m.location->lon, 1, out);
+    out->push_back(']');
+  } else {
+    out->append("null");
+  }
+  out->append(",\"pod\":");
+  if (m.pod) {
+    out->append(StrCat("{\"tp\":", m.pod->tp, ",\"pp\":", m.pod->pp,
+                       ",\"ranks\":", m.pod->tp * m.pod->pp, "}"));
+  } else {
+    out->append("null");
+  }
+  out->push_back('}');
+}
+
+std::string MachineJson(const Machine& m) {
+  std::string out;
+  AppendMachineJson(m, &out);
+  return out;
 }
 
 json TotalsJson(const Totals& t, const std::vector<ModelLine>& models) {

@@ -52,7 +52,12 @@ struct Machine {
   std::optional<protocol::Location> location;  // rounded
   std::optional<protocol::PodInfo> pod;         // a pod leader: its ranks
 };
-nlohmann::json MachineJson(const Machine& m);
+// The machine's JSON object, appended to `out` (written directly: the hub writes 10,000 of them
+// per snapshot).  Fields: name, state, chip, memory_gb, slot, models, tokens_per_s (1 decimal),
+// reliability_30d (3 decimals), verification_pass_rate, tokens_served_30d, location [lat, lon],
+// pod {tp, pp, ranks}; unknowns are null.
+void AppendMachineJson(const Machine& m, std::string* out);
+std::string MachineJson(const Machine& m);
 
 // Capacity against demand of one model.
 struct ModelLine {

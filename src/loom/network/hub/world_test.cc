@@ -65,7 +65,9 @@ TEST(LocationTest, RoundsToWholeDegrees) {
             (Location{.lat = -90, .lon = -180}));
   // No negative zero in what is shown.
   const Location zero = RoundLocation(Location{.lat = -0.2, .lon = -0.3});
-  EXPECT_EQ(MachineJson(Machine{.location = zero})["location"].dump(), "[0.0,0.0]");
+  EXPECT_EQ(nlohmann::json::parse(MachineJson(Machine{.location = zero}))["location"].dump(),
+            "[0.0,0.0]");
+  EXPECT_THAT(MachineJson(Machine{.location = zero}), HasSubstr("\"location\":[0.0,0.0]"));
 }
 
 TEST(ReliabilityTest, FractionOfTheWindowShortenedToTheEnrolment) {
@@ -89,7 +91,7 @@ TEST(MachineJsonTest, ShowsThePublicFieldsAndUnknownsAsNull) {
   m.tokens_served = 5000;
   m.location = protocol::Location{.lat = 48, .lon = 2};
   m.pod = protocol::PodInfo{.tp = 2, .pp = 2};
-  const nlohmann::json j = MachineJson(m);
+  const nlohmann::json j = nlohmann::json::parse(MachineJson(m));
   EXPECT_EQ(j["name"], "calm-otter-0042");
   EXPECT_EQ(j["state"], "serving");
   EXPECT_EQ(j["slot"], "spare");
@@ -101,13 +103,25 @@ TEST(MachineJsonTest, ShowsThePublicFieldsAndUnknownsAsNull) {
   EXPECT_EQ(j["location"].dump(), "[48.0,2.0]");
   EXPECT_EQ(j.size(), 12u);  // nothing else: no id, key, name, address or account
 
-  const nlohmann::json offline = MachineJson(Machine{.name = "x"});
+  const nlohmann::json offline = nlohmann::json::parse(MachineJson(Machine{.name = "x"}));
   EXPECT_EQ(offline["state"], "offline");
   EXPECT_TRUE(offline["chip"].is_null());
   EXPECT_TRUE(offline["memory_gb"].is_null());
   EXPECT_TRUE(offline["reliability_30d"].is_null());
   EXPECT_TRUE(offline["location"].is_null());
   EXPECT_TRUE(offline["pod"].is_null());
+}
+
+TEST(MachineJsonTest, EscapesWhatNodesReport) {
+  Machine m;
+  m.name = "n";
+  m.chip = "Chip \"X\" \\ \x01 \u00e9";
+  m.models = {"a/b", "c\"d"};
+  const std::string text = MachineJson(m);
+  const nlohmann::json j = nlohmann::json::parse(text);  // valid JSON
+  EXPECT_EQ(j["chip"], m.chip);
+  EXPECT_EQ(j["models"][1], "c\"d");
+  EXPECT_EQ(j["tokens_per_s"].dump(), "0.0");
 }
 
 TEST(TotalsJsonTest, CapacityAgainstDemand) {
