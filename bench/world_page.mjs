@@ -35,10 +35,18 @@ for (let i = 0; i < runs; ++i) {
         document.querySelectorAll("#machines .row").length > 0;
   }, expected, { timeout: 60000, polling: 20 });
   const ms = Date.now() - t0;
+  // Where the time went, in the page's own clock: the document, the snapshot event's arrival
+  // (the hub's rebuild and the 3 MB transfer), its parse and the first render.
+  const marks = await page.evaluate(() => {
+    const nav = performance.getEntriesByType("navigation")[0];
+    const at = (n) => performance.getEntriesByName(n)[0]?.startTime ?? -1;
+    return { document_ms: Math.round(nav.responseEnd), snapshot_ms: Math.round(at("world-snapshot")),
+             rendered_ms: Math.round(at("world-rendered")) };
+  });
   const rows = await page.locator("#machines .row").count();
   const machines = await page.evaluate(() => document.getElementById("count").textContent);
   times.push(ms);
-  console.log(JSON.stringify({ run: i + 1, load_ms: ms, dom_rows: rows, machines }));
+  console.log(JSON.stringify({ run: i + 1, load_ms: ms, ...marks, dom_rows: rows, machines }));
   await page.close();
 }
 times.sort((a, b) => a - b);

@@ -319,6 +319,7 @@ json Hub::Impl::StatusJson() const {
               {"failovers", failovers_},
               {"model_actions", json(model_actions_)},
               {"world", json{{"build_ms", world_.build_ms},
+                             {"build_cpu_ms", world_.build_cpu_ms},
                              {"history_ms", world_.history_ms},
                              {"machines", static_cast<int64_t>(world_.rows.size())},
                              {"watchers", static_cast<int64_t>(world_.clients.size())}}}};

@@ -123,6 +123,7 @@ struct WorldCache {
   double history_at = -1e9;
   bool history_dirty = true;
   std::vector<std::pair<std::string, int64_t>> enrolled;  // node id, enrolled_ms (by node id)
+  std::unordered_map<std::string, int64_t> enrolled_ms;   // the same, by node id
   std::unordered_map<std::string, store::Store::NodeActivity> activity;
   std::unordered_map<std::string, int64_t> requests_last_hour;  // model -> count
   int64_t tokens_per_day = 0;
@@ -130,8 +131,10 @@ struct WorldCache {
   // The snapshot, rebuilt at most once a second.
   double built_at = -1e9;
   double build_ms = 0;    // how long the last rebuild took (the history's refresh apart)
+  double build_cpu_ms = 0;  // ...in CPU time of the hub's thread
   double history_ms = 0;  // ...and the last refresh of the history
   std::string json;     // /world.json
+  int64_t generated_ms = 0;  // its "generated_ms"
   std::string totals;   // its "totals" object
   std::unordered_map<std::string, std::string> rows;  // pseudonym -> its machine's JSON
   std::vector<std::shared_ptr<net::Responder>> clients;  // /world/events

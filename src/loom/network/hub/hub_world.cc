@@ -1,8 +1,11 @@
 // The public world page: GET /world (the page), /world/<asset> (its script, style and land
 // outlines, all embedded in the binary), /world.json (a snapshot) and /world/events (server-sent
-// events: the snapshot, then the rows that changed and the totals, at most once a second).  Public:
+// events: the snapshot unless ?after= names the current one, then the rows that changed and the
+// totals, at most once a second).  Public:
 // no API key, and nothing on it names a node's id, key, enrolled name, address or account
 // (world.h).  The snapshot is rebuilt at most once a second and only when asked for or watched.
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -35,6 +38,13 @@ net::Headers PageHeaders() {
           {"Content-Security-Policy",
            "default-src 'self'; style-src 'self'; script-src 'self'; connect-src 'self'; "
            "img-src 'self' data:; frame-ancestors 'none'"}};
+}
+
+// CPU time of this thread (the hub's loop): what a rebuild costs, however loaded the machine.
+double ThreadCpuMs() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
 }
 
 int StateOrder(world::State s) {
@@ -90,7 +100,12 @@ void Hub::Impl::RefreshWorldHistory() {
     return;  // (the old history stays; tried again at the next interval)
   }
   world_.enrolled.clear();
-  for (const store::NodeRecord& n : *nodes) world_.enrolled.emplace_back(n.node_id, n.enrolled_ms);
+  world_.enrolled_ms.clear();
+  world_.enrolled_ms.reserve(nodes->size());
+  for (const store::NodeRecord& n : *nodes) {
+    world_.enrolled.emplace_back(n.node_id, n.enrolled_ms);
+    world_.enrolled_ms.emplace(n.node_id, n.enrolled_ms);
+  }
   world_.activity.clear();
   for (store::Store::NodeActivity& a : *activity) {
     std::string id = a.node_id;
@@ -110,10 +125,9 @@ void Hub::Impl::BuildWorld(double now) {
     world_.history_ms = history_watch.Seconds() * 1000;
   }
   const base::Stopwatch watch;
+  const double cpu0 = ThreadCpuMs();
   const int64_t now_ms = base::UnixMillis();
-  std::unordered_map<std::string, int64_t> enrolled_ms;
-  enrolled_ms.reserve(world_.enrolled.size());
-  for (const auto& [id, ms] : world_.enrolled) enrolled_ms.emplace(id, ms);
+  const auto& enrolled_ms = world_.enrolled_ms;
 
   auto history = [&](const std::string& id, world::Machine& m) {
     auto a = world_.activity.find(id);
@@ -243,8 +257,10 @@ void Hub::Impl::BuildWorld(double now) {
                        ",\"location_step_degrees\":", json(world::kLocationStepDegrees).dump(),
                        ",\"totals\":", world_.totals, ",\"machines\":");
   world_.json.append(list).push_back('}');
+  world_.generated_ms = now_ms;
   world_.built_at = now;
   world_.build_ms = watch.Seconds() * 1000;
+  world_.build_cpu_ms = ThreadCpuMs() - cpu0;
   if (!events.empty()) {
     for (const auto& client : world_.clients) {
       if (!client->closed()) client->Send(events);
@@ -297,7 +313,13 @@ void Hub::Impl::OnWorld(const net::Request& request,
     if (now - world_.built_at >= kRebuildS) BuildWorld(now);
     responder->BeginStream(200, "text/event-stream",
                            {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}});
-    responder->Send("retry: 2000\nevent: snapshot\ndata: " + world_.json + "\n\n");
+    // ?after=GENERATED_MS: the client holds that snapshot (from /world.json); while it is still
+    // the current one, only what changes after it is sent.
+    if (request.query == "after=" + std::to_string(world_.generated_ms)) {
+      responder->Send("retry: 2000\nevent: current\ndata: {}\n\n");
+    } else {
+      responder->Send("retry: 2000\nevent: snapshot\ndata: " + world_.json + "\n\n");
+    }
     world_.clients.push_back(responder);
     return;
   }
