@@ -145,8 +145,16 @@ void Hub::Impl::BuildWorld(double now) {
     m.pod = s->second.pod;
   };
 
-  std::vector<world::Machine> machines;
-  machines.reserve(std::max(fleet_.size(), world_.enrolled.size()));
+  // First the order (state, then name) and the totals; then each row is written in that order
+  // from one reused Machine, so that a snapshot of 10,000 rows allocates little.
+  struct Entry {
+    world::State state;
+    const std::string* name;
+    const std::string* node_id;
+    int64_t fleet_index;  // -1: offline
+  };
+  std::vector<Entry> entries;
+  entries.reserve(std::max(fleet_.size(), world_.enrolled.size()));
   world::Totals totals;
   struct Capacity {
     int64_t holders = 0, loaded = 0;
@@ -155,47 +163,52 @@ void Hub::Impl::BuildWorld(double now) {
   std::map<std::string, Capacity> capacity;
   for (size_t i = 0; i < fleet_.size(); ++i) {
     const placement::Target& t = fleet_[i];
-    const NodeConn& c = *conns_.at(fleet_conn_[i]);
-    world::Machine m;
-    m.name = WorldName(t.id);
-    m.state = t.state == placement::TargetState::kSuspect ? world::State::kSuspect
-              : t.running > 0                             ? world::State::kServing
-                                                          : world::State::kOnline;
-    seen(t.id, m);
-    history(t.id, m);
-    m.models = c.last.loaded;
-    const auto speeds = measured_.find(t.id);
+    const world::State state = t.state == placement::TargetState::kSuspect ? world::State::kSuspect
+                               : t.running > 0 ? world::State::kServing
+                                               : world::State::kOnline;
+    entries.push_back({state, &WorldName(t.id), &t.id, static_cast<int64_t>(i)});
     for (const placement::ModelOffer& o : t.models) {
       Capacity& cap = capacity[o.name];
       cap.holders += 1;
       cap.loaded += o.loaded;
       if (o.loaded) cap.tps += o.decode_tps;
     }
-    if (speeds != measured_.end()) {
-      for (const auto& [model, s] : speeds->second) m.tokens_per_s = std::max(m.tokens_per_s, s.decode_tps);
-    }
     totals.machines_online += 1;
-    totals.machines_serving += m.state == world::State::kServing;
-    totals.memory_bytes += c.facts.mem_total_bytes;
-    machines.push_back(std::move(m));
+    totals.machines_serving += state == world::State::kServing;
+    totals.memory_bytes += conns_.at(fleet_conn_[i])->facts.mem_total_bytes;
   }
   for (const auto& [id, ms] : world_.enrolled) {
     if (ready_.count(id)) continue;
-    world::Machine m;
-    m.name = WorldName(id);
-    m.state = world::State::kOffline;
-    seen(id, m);
-    history(id, m);
+    entries.push_back({world::State::kOffline, &WorldName(id), &id, -1});
     totals.machines_offline += 1;
-    machines.push_back(std::move(m));
   }
   totals.tokens_per_day = world_.tokens_per_day;
-  std::vector<const world::Machine*> order(machines.size());
-  for (size_t i = 0; i < machines.size(); ++i) order[i] = &machines[i];
-  std::sort(order.begin(), order.end(), [](const world::Machine* a, const world::Machine* b) {
-    const int sa = StateOrder(a->state), sb = StateOrder(b->state);
-    return sa != sb ? sa < sb : a->name < b->name;
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    const int sa = StateOrder(a.state), sb = StateOrder(b.state);
+    return sa != sb ? sa < sb : *a.name < *b.name;
   });
+  world::Machine m;
+  auto fill = [&](const Entry& e) {
+    const std::string& id = *e.node_id;
+    m.name = *e.name;
+    m.state = e.state;
+    m.chip.clear();
+    m.memory_gb = -1;
+    m.location.reset();
+    m.pod.reset();
+    m.reliability.reset();
+    m.tokens_per_s = 0;
+    m.models.clear();
+    seen(id, m);
+    history(id, m);
+    if (e.fleet_index < 0) return;
+    const NodeConn& c = *conns_.at(fleet_conn_[static_cast<size_t>(e.fleet_index)]);
+    m.models.assign(c.last.loaded.begin(), c.last.loaded.end());
+    const auto speeds = measured_.find(id);
+    if (speeds != measured_.end()) {
+      for (const auto& [model, sp] : speeds->second) m.tokens_per_s = std::max(m.tokens_per_s, sp.decode_tps);
+    }
+  };
   std::vector<world::ModelLine> models;
   for (const auto& [name, c] : capacity) {
     world::ModelLine l;
@@ -223,22 +236,23 @@ void Hub::Impl::BuildWorld(double now) {
   std::string events;
   const bool watched = !world_.clients.empty();
   std::unordered_map<std::string, std::string> rows;
-  rows.reserve(machines.size());
+  rows.reserve(entries.size());
   std::string list = "[";
-  list.reserve(machines.size() * 320);
+  list.reserve(entries.size() * 320);
   std::string row;
-  for (const world::Machine* m : order) {
+  for (const Entry& e : entries) {
+    fill(e);
     row.clear();
-    world::AppendMachineJson(*m, &row);
+    world::AppendMachineJson(m, &row);
     if (list.size() > 1) list += ',';
     list += row;
     if (watched) {
-      auto old = world_.rows.find(m->name);
+      auto old = world_.rows.find(m.name);
       if (old == world_.rows.end() || old->second != row) {
         events.append("event: machine\ndata: ").append(row).append("\n\n");
       }
     }
-    rows.emplace(m->name, row);
+    rows.emplace(m.name, row);
   }
   list += ']';
   if (watched) {

@@ -109,13 +109,19 @@ void AppendString(std::string_view s, std::string* out) {
   out->push_back('"');
 }
 
+// `v` with `decimals` (1 or 3) digits after the point, without printf (10,000 rows a second).
 void AppendFixed(double v, int decimals, std::string* out) {
-  if (!std::isfinite(v)) v = 0;
-  char b[48];
-  std::snprintf(b, sizeof(b), "%.*f", decimals, v);
-  out->append(std::string_view(b) == "-0.0" || std::string_view(b) == "-0.000"
-                  ? std::string_view(b + 1)
-                  : std::string_view(b));
+  const int64_t scale = decimals == 1 ? 10 : 1000;
+  if (!std::isfinite(v) || std::fabs(v) > 1e15) v = 0;
+  int64_t n = std::llround(v * static_cast<double>(scale));
+  if (n < 0) {
+    out->push_back('-');
+    n = -n;
+  }
+  out->append(std::to_string(n / scale));
+  out->push_back('.');
+  std::string frac = std::to_string(n % scale);
+  out->append(static_cast<size_t>(decimals) - frac.size(), '0').append(frac);
 }
 
 }  // namespace

@@ -68,6 +68,8 @@ TEST(LocationTest, RoundsToWholeDegrees) {
   EXPECT_EQ(nlohmann::json::parse(MachineJson(Machine{.location = zero}))["location"].dump(),
             "[0.0,0.0]");
   EXPECT_THAT(MachineJson(Machine{.location = zero}), HasSubstr("\"location\":[0.0,0.0]"));
+  EXPECT_THAT(MachineJson(Machine{.location = Location{.lat = -34, .lon = 151}}),
+              HasSubstr("\"location\":[-34.0,151.0]"));
 }
 
 TEST(ReliabilityTest, FractionOfTheWindowShortenedToTheEnrolment) {
