@@ -136,7 +136,12 @@ struct WorldCache {
   std::string json;     // /world.json
   int64_t generated_ms = 0;  // its "generated_ms"
   std::string totals;   // its "totals" object
-  std::unordered_map<std::string, std::string> rows;  // pseudonym -> its machine's JSON
+  struct Row {
+    size_t hash = 0;          // of its JSON text
+    uint64_t generation = 0;  // the build that last wrote it
+  };
+  std::unordered_map<std::string, Row> rows;  // pseudonym -> its machine's row
+  uint64_t generation = 0;
   std::vector<std::shared_ptr<net::Responder>> clients;  // /world/events
   double last_ping = 0;
 };

@@ -151,7 +151,7 @@ void Hub::Impl::BuildWorld(double now) {
     world::State state;
     const std::string* name;
     const std::string* node_id;
-    int64_t fleet_index;  // -1: offline
+    const NodeConn* conn;  // null: offline
   };
   std::vector<Entry> entries;
   entries.reserve(std::max(fleet_.size(), world_.enrolled.size()));
@@ -166,7 +166,8 @@ void Hub::Impl::BuildWorld(double now) {
     const world::State state = t.state == placement::TargetState::kSuspect ? world::State::kSuspect
                                : t.running > 0 ? world::State::kServing
                                                : world::State::kOnline;
-    entries.push_back({state, &WorldName(t.id), &t.id, static_cast<int64_t>(i)});
+    const NodeConn* c = conns_.at(fleet_conn_[i]).get();
+    entries.push_back({state, &WorldName(t.id), &t.id, c});
     for (const placement::ModelOffer& o : t.models) {
       Capacity& cap = capacity[o.name];
       cap.holders += 1;
@@ -175,11 +176,11 @@ void Hub::Impl::BuildWorld(double now) {
     }
     totals.machines_online += 1;
     totals.machines_serving += state == world::State::kServing;
-    totals.memory_bytes += conns_.at(fleet_conn_[i])->facts.mem_total_bytes;
+    totals.memory_bytes += c->facts.mem_total_bytes;
   }
   for (const auto& [id, ms] : world_.enrolled) {
     if (ready_.count(id)) continue;
-    entries.push_back({world::State::kOffline, &WorldName(id), &id, -1});
+    entries.push_back({world::State::kOffline, &WorldName(id), &id, nullptr});
     totals.machines_offline += 1;
   }
   totals.tokens_per_day = world_.tokens_per_day;
@@ -201,9 +202,8 @@ void Hub::Impl::BuildWorld(double now) {
     m.models.clear();
     seen(id, m);
     history(id, m);
-    if (e.fleet_index < 0) return;
-    const NodeConn& c = *conns_.at(fleet_conn_[static_cast<size_t>(e.fleet_index)]);
-    m.models.assign(c.last.loaded.begin(), c.last.loaded.end());
+    if (e.conn == nullptr) return;
+    m.models.assign(e.conn->last.loaded.begin(), e.conn->last.loaded.end());
     const auto speeds = measured_.find(id);
     if (speeds != measured_.end()) {
       for (const auto& [model, sp] : speeds->second) m.tokens_per_s = std::max(m.tokens_per_s, sp.decode_tps);
@@ -235,8 +235,9 @@ void Hub::Impl::BuildWorld(double now) {
   // Rows as text, and the events for what changed since the last snapshot.
   std::string events;
   const bool watched = !world_.clients.empty();
-  std::unordered_map<std::string, std::string> rows;
-  rows.reserve(entries.size());
+  // Each row is remembered by a 64-bit hash of its text and the build that last wrote it: a
+  // changed hash is a `machine` event, a row no build wrote this time is `gone`.
+  const uint64_t generation = ++world_.generation;
   std::string list = "[";
   list.reserve(entries.size() * 320);
   std::string row;
@@ -246,26 +247,27 @@ void Hub::Impl::BuildWorld(double now) {
     world::AppendMachineJson(m, &row);
     if (list.size() > 1) list += ',';
     list += row;
-    if (watched) {
-      auto old = world_.rows.find(m.name);
-      if (old == world_.rows.end() || old->second != row) {
-        events.append("event: machine\ndata: ").append(row).append("\n\n");
-      }
+    const size_t hash = std::hash<std::string_view>{}(row);
+    auto [it, added] = world_.rows.try_emplace(m.name, WorldCache::Row{hash, generation});
+    if (watched && (added || it->second.hash != hash)) {
+      events.append("event: machine\ndata: ").append(row).append("\n\n");
     }
-    rows.emplace(m.name, row);
+    it->second = {hash, generation};
   }
   list += ']';
-  if (watched) {
-    for (const auto& [name, row] : world_.rows) {
-      if (!rows.count(name)) events += "event: gone\ndata: " + json{{"name", name}}.dump() + "\n\n";
+  for (auto it = world_.rows.begin(); it != world_.rows.end();) {
+    if (it->second.generation == generation) {
+      ++it;
+      continue;
     }
+    if (watched) events += "event: gone\ndata: " + json{{"name", it->first}}.dump() + "\n\n";
+    it = world_.rows.erase(it);
   }
   std::string totals_text =
       world::TotalsJson(totals, models).dump(-1, ' ', false, json::error_handler_t::replace);
   if (watched && (totals_text != world_.totals || !events.empty())) {
     events += "event: totals\ndata: " + totals_text + "\n\n";
   }
-  world_.rows = std::move(rows);
   world_.totals = std::move(totals_text);
   world_.json = StrCat("{\"version\":", world::kJsonVersion, ",\"generated_ms\":", now_ms,
                        ",\"location_step_degrees\":", json(world::kLocationStepDegrees).dump(),
