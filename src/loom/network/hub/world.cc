@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <cstdio>
 #include <cmath>
 
@@ -90,23 +91,33 @@ std::string_view StateName(State s) {
 
 namespace {
 
-// `s` as a JSON string (UTF-8 passed through; frames and the store hold only valid UTF-8).
+// `s` as a JSON string (UTF-8 passed through; frames and the store hold only valid UTF-8).  Runs
+// that need no escape are appended whole.
 void AppendString(std::string_view s, std::string* out) {
   out->push_back('"');
-  for (char c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    if (c == '"' || c == '\\') {
+  size_t run = 0;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const auto u = static_cast<unsigned char>(s[i]);
+    if (u >= 0x20 && u != 0x7f && u != '"' && u != '\\') continue;
+    out->append(s.substr(run, i - run));
+    if (u == '"' || u == '\\') {
       out->push_back('\\');
-      out->push_back(c);
-    } else if (u < 0x20 || u == 0x7f) {
+      out->push_back(static_cast<char>(u));
+    } else {
       char esc[8];
       std::snprintf(esc, sizeof(esc), "\\u%04x", u);
       out->append(esc);
-    } else {
-      out->push_back(c);
     }
+    run = i + 1;
   }
+  out->append(s.substr(run));
   out->push_back('"');
+}
+
+void AppendInt(int64_t v, std::string* out) {
+  char b[24];
+  const auto r = std::to_chars(b, b + sizeof(b), v);
+  out->append(b, r.ptr);
 }
 
 // `v` with `decimals` (1 or 3) digits after the point, without printf (10,000 rows a second).
@@ -118,10 +129,12 @@ void AppendFixed(double v, int decimals, std::string* out) {
     out->push_back('-');
     n = -n;
   }
-  out->append(std::to_string(n / scale));
+  AppendInt(n / scale, out);
   out->push_back('.');
-  std::string frac = std::to_string(n % scale);
-  out->append(static_cast<size_t>(decimals) - frac.size(), '0').append(frac);
+  char b[8];
+  int64_t frac = n % scale;
+  for (int i = decimals - 1; i >= 0; --i, frac /= 10) b[i] = static_cast<char>('0' + frac % 10);
+  out->append(b, static_cast<size_t>(decimals));
 }
 
 }  // namespace
@@ -133,7 +146,8 @@ void AppendMachineJson(const Machine& m, std::string* out) {
   if (m.chip.empty()) out->append("null");
   else AppendString(m.chip, out);
   out->append(",\"memory_gb\":");
-  out->append(m.memory_gb < 0 ? std::string("null") : std::to_string(m.memory_gb));
+  if (m.memory_gb < 0) out->append("null");
+  else AppendInt(m.memory_gb, out);
   out->append(",\"slot\":");
   AppendString(m.slot, out);
   out->append(",\"models\":[");
@@ -149,7 +163,8 @@ void AppendMachineJson(const Machine& m, std::string* out) {
   out->append(",\"verification_pass_rate\":");
   if (m.verification_pass_rate) AppendFixed(*m.verification_pass_rate, 3, out);
   else out->append("null");
-  out->append(",\"tokens_served_30d\":").append(std::to_string(m.tokens_served));
+  out->append(",\"tokens_served_30d\":");
+  AppendInt(m.tokens_served, out);
   out->append(",\"location\":");
   if (m.location) {
     out->push_back('[');
