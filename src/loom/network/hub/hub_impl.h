@@ -112,7 +112,7 @@ struct Job {
 struct WorldCache {
   struct Seen {  // from a node's latest register, kept after it disconnects (this run only)
     std::string chip;
-    int64_t memory_bytes = -1;
+    int64_t memory_gb = -1;  // world::MemoryTierGb of what it lends
     std::optional<protocol::Location> location;  // rounded (world::RoundLocation)
     std::optional<protocol::PodInfo> pod;
   };

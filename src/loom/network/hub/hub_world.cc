@@ -74,7 +74,7 @@ const std::string& Hub::Impl::WorldName(const std::string& node_id) {
 void Hub::Impl::NoteNodeUp(const NodeConn& c) {
   WorldCache::Seen& s = world_.seen[c.node_id];
   s.chip = c.facts.chip;
-  s.memory_bytes = c.facts.mem_total_bytes;
+  s.memory_gb = world::MemoryTierGb(c.facts.mem_total_bytes);
   s.location.reset();
   if (c.location) s.location = world::RoundLocation(*c.location);
   s.pod = c.pod;
@@ -140,7 +140,7 @@ void Hub::Impl::BuildWorld(double now) {
     auto s = world_.seen.find(id);
     if (s == world_.seen.end()) return;
     m.chip = s->second.chip;
-    m.memory_gb = s->second.memory_bytes < 0 ? -1 : world::MemoryTierGb(s->second.memory_bytes);
+    m.memory_gb = s->second.memory_gb;
     m.location = s->second.location;
     m.pod = s->second.pod;
   };
