@@ -151,7 +151,8 @@ void Hub::Impl::BuildWorld(double now) {
     world::State state;
     const std::string* name;
     const std::string* node_id;
-    const NodeConn* conn;  // null: offline
+    const NodeConn* conn;             // null: offline
+    const placement::Target* target;  // null: offline
   };
   std::vector<Entry> entries;
   entries.reserve(std::max(fleet_.size(), world_.enrolled.size()));
@@ -160,14 +161,15 @@ void Hub::Impl::BuildWorld(double now) {
     int64_t holders = 0, loaded = 0;
     double tps = 0;
   };
-  std::map<std::string, Capacity> capacity;
+  std::unordered_map<std::string, Capacity> capacity;  // (sorted by name below)
+  capacity.reserve(256);
   for (size_t i = 0; i < fleet_.size(); ++i) {
     const placement::Target& t = fleet_[i];
     const world::State state = t.state == placement::TargetState::kSuspect ? world::State::kSuspect
                                : t.running > 0 ? world::State::kServing
                                                : world::State::kOnline;
     const NodeConn* c = conns_.at(fleet_conn_[i]).get();
-    entries.push_back({state, &WorldName(t.id), &t.id, c});
+    entries.push_back({state, &WorldName(t.id), &t.id, c, &t});
     for (const placement::ModelOffer& o : t.models) {
       Capacity& cap = capacity[o.name];
       cap.holders += 1;
@@ -180,7 +182,7 @@ void Hub::Impl::BuildWorld(double now) {
   }
   for (const auto& [id, ms] : world_.enrolled) {
     if (ready_.count(id)) continue;
-    entries.push_back({world::State::kOffline, &WorldName(id), &id, nullptr});
+    entries.push_back({world::State::kOffline, &WorldName(id), &id, nullptr, nullptr});
     totals.machines_offline += 1;
   }
   totals.tokens_per_day = world_.tokens_per_day;
@@ -204,13 +206,16 @@ void Hub::Impl::BuildWorld(double now) {
     history(id, m);
     if (e.conn == nullptr) return;
     m.models.assign(e.conn->last.loaded.begin(), e.conn->last.loaded.end());
-    const auto speeds = measured_.find(id);
-    if (speeds != measured_.end()) {
-      for (const auto& [model, sp] : speeds->second) m.tokens_per_s = std::max(m.tokens_per_s, sp.decode_tps);
+    // (the hub's own measurements, which UpdateFleet copies into the target's offers)
+    for (const placement::ModelOffer& o : e.target->models) {
+      m.tokens_per_s = std::max(m.tokens_per_s, o.decode_tps);
     }
   };
+  std::vector<std::pair<std::string, Capacity>> by_name(capacity.begin(), capacity.end());
+  std::sort(by_name.begin(), by_name.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
   std::vector<world::ModelLine> models;
-  for (const auto& [name, c] : capacity) {
+  for (const auto& [name, c] : by_name) {
     world::ModelLine l;
     l.name = name;
     l.holders = c.holders;
