@@ -15,12 +15,17 @@
 //      --clients concurrent HTTP clients; the nodes answer their assign frames (accepted, one
 //      chunk "ok" with max_tokens token ids, complete "length"); reports end-to-end latency
 //      p50/p99 and the hub's own place_us (GET /v1/admin/decisions, the latest 256);
-//   5. memory: the hub's VmRSS before the nodes connect and after all registered, per node.
+//   5. memory: the hub's VmRSS before the nodes connect and after all registered, per node;
+//   6. the public world page: --world-runs GETs of /world.json, each on a fresh snapshot (its size,
+//      the transfer time and the hub's own build time from /v1/admin/status); with --world-hold S
+//      the fleet then stays up S seconds for a browser on /world (bench/world_page.mjs).
+//      Every node declares a location (around 12 cities) and a chip.
 // Everything runs on one thread (one io_context); the hub process is stopped at the end (also on
 // SIGINT/SIGTERM, and it gets SIGKILL if the simulator dies).
 //
 // Usage: hub_sim [--nodes N] [--requests M] [--seconds S] [--loom PATH] [--clients C]
 //                [--dials D] [--seed S] [--perf PREFIX] [--keep] [--json]
+//                [--world-runs R] [--world-hold S]
 // (--perf: `perf record -g` of the hub during the idle, ingest and placement phases, into
 // PREFIX-idle.data, PREFIX-ingest.data and PREFIX-placement.data.)
 // The code: this file has main(), the flags, the hub, the phases and the summary;
@@ -273,7 +278,9 @@ void Sim::Ingest() {
       {"status_bytes", status ? static_cast<int64_t>(status->dump().size()) : 0}};
 }
 
-std::optional<json> Sim::GetJson(const std::string& path, double timeout_s) {
+std::optional<json> Sim::GetJson(const std::string& path, double timeout_s, double* fetch_ms,
+                                 int64_t* bytes) {
+  const double t0 = NowSeconds();
   auto url = net::ParseUrl(base_url_ + path);
   if (!url.ok()) return std::nullopt;
   net::ClientRequest req;
@@ -297,9 +304,50 @@ std::optional<json> Sim::GetJson(const std::string& path, double timeout_s) {
                  done->has_value() ? (*done)->ToString().c_str() : "timeout");
     return std::nullopt;
   }
+  if (fetch_ms != nullptr) *fetch_ms = (NowSeconds() - t0) * 1e3;
+  if (bytes != nullptr) *bytes = static_cast<int64_t>(body->size());
   json j = json::parse(*body, nullptr, false);
   if (j.is_discarded()) return std::nullopt;
   return j;
+}
+
+// The public world page at this size: GET /world.json, each after the snapshot aged past its
+// second (so each GET rebuilds it), the hub's own time to build it (GET /v1/admin/status), and
+// whether it lists every node.
+void Sim::World() {
+  std::vector<double> fetch_ms, build_ms, build_cpu_ms, history_ms;
+  int64_t bytes = 0, machines = 0, located = 0;
+  for (int i = 0; i < o_.world_runs; ++i) {
+    RunUntil([] { return false; }, 1.2);
+    double ms = 0;
+    auto w = GetJson("/world.json", 120, &ms, &bytes);
+    if (!w) continue;
+    fetch_ms.push_back(ms);
+    machines = static_cast<int64_t>((*w)["machines"].size());
+    located = 0;
+    for (const json& m : (*w)["machines"]) located += !m["location"].is_null();
+    auto s = GetJson("/v1/admin/status");
+    if (s && s->contains("world")) {
+      build_ms.push_back((*s)["world"]["build_ms"].get<double>());
+      build_cpu_ms.push_back((*s)["world"]["build_cpu_ms"].get<double>());
+      history_ms.push_back((*s)["world"]["history_ms"].get<double>());
+    }
+  }
+  r_["world"] = {{"runs", static_cast<int64_t>(fetch_ms.size())},
+                 {"machines", machines}, {"located", located}, {"bytes", bytes},
+                 {"fetch_ms_p50", Percentile(fetch_ms, 0.5)},
+                 {"fetch_ms_max", Percentile(fetch_ms, 1.0)},
+                 {"build_ms_p50", Percentile(build_ms, 0.5)},
+                 {"build_ms_max", Percentile(build_ms, 1.0)},
+                 {"build_cpu_ms_p50", Percentile(build_cpu_ms, 0.5)},
+                 {"build_cpu_ms_max", Percentile(build_cpu_ms, 1.0)},
+                 {"history_ms_p50", Percentile(history_ms, 0.5)},
+                 {"history_ms_max", Percentile(history_ms, 1.0)}};
+  if (o_.world_hold > 0) {
+    std::fprintf(stderr, "hub_sim: world page at %s/world for %.0f s\n", base_url_.c_str(),
+                 o_.world_hold);
+    RunUntil([] { return false; }, o_.world_hold);
+  }
 }
 
 void Sim::StartRequest() {
@@ -459,6 +507,20 @@ void Sim::Report() {
   std::printf("| hub RSS before / after registration | %s / %s MB |\n",
               f(m["rss_before_mb"], "%.1f").c_str(), f(m["rss_after_mb"], "%.1f").c_str());
   std::printf("| **hub memory per node** | **%s KB** |\n", f(m["per_node_kb"], "%.1f").c_str());
+  const json& w = r_["world"];
+  std::printf("| GET /world.json: machines (located), size | %lld (%lld), %s MB |\n",
+              static_cast<long long>(w["machines"].get<int64_t>()),
+              static_cast<long long>(w["located"].get<int64_t>()),
+              f(json(static_cast<double>(w["bytes"].get<int64_t>()) / 1e6), "%.1f").c_str());
+  std::printf("| **world snapshot build p50 / max** (%lld runs) | **%s** / %s ms |\n",
+              static_cast<long long>(w["runs"].get<int64_t>()),
+              f(w["build_ms_p50"], "%.1f").c_str(), f(w["build_ms_max"], "%.1f").c_str());
+  std::printf("| world snapshot build, CPU time of the hub's thread p50 / max | %s / %s ms |\n",
+              f(w["build_cpu_ms_p50"], "%.1f").c_str(), f(w["build_cpu_ms_max"], "%.1f").c_str());
+  std::printf("| world history refresh from the store (every 5-60 s) p50 / max | %s / %s ms |\n",
+              f(w["history_ms_p50"], "%.1f").c_str(), f(w["history_ms_max"], "%.1f").c_str());
+  std::printf("| GET /world.json (rebuild + transfer) p50 / max | %s / %s ms |\n",
+              f(w["fetch_ms_p50"], "%.1f").c_str(), f(w["fetch_ms_max"], "%.1f").c_str());
   std::printf("| load average at the end | %s |\n", r_["load_average"].get<std::string>().c_str());
   if (!g["first_failure"].get<std::string>().empty()) {
     std::printf("\nfirst failure: %s\n", g["first_failure"].get<std::string>().c_str());
@@ -515,6 +577,8 @@ int Sim::Run() {
   Ingest();
   std::fprintf(stderr, "hub_sim: %d requests from %d clients...\n", o_.requests, o_.clients);
   Placement();
+  std::fprintf(stderr, "hub_sim: the world page...\n");
+  World();
   Report();
 
   keepalive_.cancel();
@@ -562,6 +626,8 @@ int main(int argc, char** argv) {
     else if (a == "--perf") o.perf = next();
     else if (a == "--keep") o.keep = true;
     else if (a == "--json") o.json = true;
+    else if (a == "--world-runs") o.world_runs = std::atoi(next().c_str());
+    else if (a == "--world-hold") o.world_hold = std::atof(next().c_str());
     else Die("unknown argument " + a + " (see the header of bench/hub_sim.cc)");
   }
   if (o.nodes < 1 || o.requests < 0 || o.seconds <= 0 || o.clients < 1 || o.dials < 1) {

@@ -66,6 +66,8 @@ struct SimNode {
   int64_t round = 0;
   double last_heartbeat = 0;
   std::string hb_prefix, hb_suffix;  // a heartbeat with mem_free_bytes cut out
+  std::string chip;                  // for the world page
+  protocol::Location location;
 };
 
 struct Options {
@@ -79,6 +81,8 @@ struct Options {
   std::string perf;
   bool keep = false;
   bool json = false;
+  int world_runs = 7;       // timed GET /world.json, each on a fresh snapshot
+  double world_hold = 0;    // then keep the fleet up this long (for a browser on /world)
 };
 
 // The simulator.  The fleet's members (MakeCatalogue, MakeFleet, Enrol, DialMore, OnDialed,
@@ -109,8 +113,11 @@ class Sim {
   void Ingest();
   void Placement();
   void StartRequest();
-  // A blocking GET on the loop (other work keeps running meanwhile).
-  std::optional<json> GetJson(const std::string& path, double timeout_s = 120);
+  void World();
+  // A blocking GET on the loop (other work keeps running meanwhile); `fetch_ms`: the time until
+  // the whole body was read, `bytes` its size.
+  std::optional<json> GetJson(const std::string& path, double timeout_s = 120,
+                              double* fetch_ms = nullptr, int64_t* bytes = nullptr);
   void Send(SimNode& n, const protocol::Frame& f) { n.ws->Send(protocol::SerializeFrame(f)); }
   void Report();
   // With --perf PREFIX: `perf record -g` of the hub into PREFIX-<phase>.data.

@@ -80,6 +80,23 @@ void Sim::MakeFleet() {
     n.hb_suffix = text.substr(at + field.size() + std::to_string(n.mem_free).size());
     round_bytes_ += WireBytes(text.size());
   }
+  // The world page's facts, from a generator of their own so the fleet above stays as it was.
+  struct City {
+    double lat, lon;
+  };
+  constexpr City kCities[] = {{37.8, -122.4}, {40.7, -74.0}, {51.5, -0.1},  {52.5, 13.4},
+                              {48.9, 2.4},    {35.7, 139.7}, {1.3, 103.8},  {-33.9, 151.2},
+                              {19.1, 72.9},   {-23.5, -46.6}, {6.5, 3.4},   {55.8, 37.6}};
+  constexpr const char* kChips[] = {"Apple M2 Max", "Apple M3 Pro", "AMD EPYC 7763 64-Core Processor",
+                                    "Intel(R) Xeon(R) Gold 6338 CPU @ 2.00GHz",
+                                    "AMD Ryzen 9 7950X 16-Core Processor", "Apple M1"};
+  std::mt19937_64 world_rng(o_.seed ^ 0x5eed);
+  for (SimNode& n : nodes_) {
+    const City& c = kCities[world_rng() % std::size(kCities)];
+    n.location.lat = std::clamp(c.lat + u(world_rng) * 6 - 3, -90.0, 90.0);
+    n.location.lon = std::clamp(c.lon + u(world_rng) * 6 - 3, -180.0, 180.0);
+    n.chip = kChips[world_rng() % std::size(kChips)];
+  }
   // The spliced text must still be a valid heartbeat carrying the new value.
   const SimNode& n = nodes_.front();
   auto parsed = protocol::ParseFrame(n.hb_prefix + std::to_string(n.mem_free - 7) + n.hb_suffix);
@@ -180,6 +197,8 @@ void Sim::OnFrame(size_t i, std::string_view text) {
     reg.facts.mem_bandwidth_gbps = n.bandwidth_gbps;
     reg.facts.os = "linux";
     reg.facts.version = "hub-sim";
+    reg.facts.chip = n.chip;
+    reg.location = n.location;
     for (int m : n.models) {
       const CatalogueModel& c = catalogue_[static_cast<size_t>(m)];
       protocol::ModelInfo info;

@@ -45,6 +45,7 @@ struct NodeFlags {
   std::string max_memory;
   std::string schedule;
   std::string reserve, reserve_hours;
+  std::string location;
   double busy = 0;
   int ranks = 0;
   double chunk_ms = 10;
@@ -70,6 +71,11 @@ int RunNode(const NodeFlags& f) {
   o.schedule = f.schedule;
   o.reserve = f.reserve;
   o.reserve_hours = f.reserve_hours;
+  if (!f.location.empty()) {
+    auto location = node::ParseLocation(f.location);
+    if (!location.ok()) return Fail(location.status());
+    o.location = *location;
+  }
   o.busy_threshold = f.busy;
   o.serve = f.serve;
   o.ranks = f.ranks;
@@ -165,6 +171,9 @@ void AddNodeCommand(CLI::App& app, Action* action) {
                 "while it answers the hub's probes (under 98% over 30 days it is lost)");
   n->add_option("--reserve-hours", f->reserve_hours,
                 "the reserved slot's daily window, UTC, e.g. 08:00-20:00 (default: all day)");
+  n->add_option("--location", f->location,
+                "where this machine is, LAT,LON in degrees (e.g. 52.5,13.4); the hub rounds it to "
+                "1 degree and shows it on its public world page (default: not shown)");
   n->add_option("--pause-when-busy", f->busy,
                 "take no new work while other programs use more than this fraction of the CPU "
                 "(0 = never)")

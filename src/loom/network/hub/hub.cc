@@ -67,6 +67,9 @@ Status Hub::Impl::Listen() {
     std::fprintf(stderr, "hub: %lld job(s) interrupted by the last stop are marked failed\n",
                  static_cast<long long>(*ended));
   }
+  // Node sessions an earlier run left open end where it last extended them (hub_world.cc).
+  StatusOr<int64_t> stale = store_->CloseStaleNodeSessions();
+  if (!stale.ok()) return stale.status();
   LOOM_RETURN_IF_ERROR(LoadVerification().WithContext("hub: verification"));
   LoadSlots();
   net::ServerOptions so;
@@ -122,6 +125,13 @@ void Hub::Impl::Stop() {
       }
     }
   }
+  for (const auto& [node_id, conn] : ready_) {
+    LogError(store_->CloseNodeSession(node_id, base::UnixMillis()));
+  }
+  for (const auto& client : world_.clients) {
+    if (!client->closed()) client->End();
+  }
+  world_.clients.clear();
   if (server_) server_->Stop();
 }
 
@@ -151,6 +161,7 @@ void Hub::Impl::Tick() {
   CheckJobs(now);
   CheckVerification(now);
   DrainQueues();
+  WorldTick(now);
   tick_.expires_after(std::chrono::milliseconds(100));
   std::weak_ptr<int> life = life_;
   tick_.async_wait([this, life](const boost::system::error_code& ec) {
@@ -211,6 +222,9 @@ void Hub::Impl::OnHttp(net::Request request, std::shared_ptr<net::Responder> res
     }
     return RespondError(*responder, 404, "unknown admin route " + path, "invalid_request_error",
                         "unknown_url");
+  }
+  if (path == "/world" || path == "/world.json" || path.rfind("/world/", 0) == 0) {
+    return OnWorld(request, responder);  // public: no key (hub_world.cc)
   }
   const bool chat = path == "/v1/chat/completions";
   if (chat || path == "/v1/completions" || path == "/v1/models") {
@@ -311,7 +325,12 @@ json Hub::Impl::StatusJson() const {
               {"failovers", failovers_},
               {"verification", VerificationJson()},
               {"model_actions", json(model_actions_)},
-              {"slots", SlotsJson()}};
+              {"slots", SlotsJson()},
+              {"world", json{{"build_ms", world_.build_ms},
+                             {"build_cpu_ms", world_.build_cpu_ms},
+                             {"history_ms", world_.history_ms},
+                             {"machines", static_cast<int64_t>(world_.rows.size())},
+                             {"watchers", static_cast<int64_t>(world_.clients.size())}}}};
 }
 
 void Hub::Impl::SendFrame(NodeConn& c, const protocol::Frame& f) {

@@ -20,6 +20,7 @@
 #include "loom/net/http_server.h"
 #include "loom/net/websocket.h"
 #include "loom/network/hub/hub.h"
+#include "loom/network/hub/world.h"
 #include "loom/network/placement/placement.h"
 #include "loom/network/protocol/frames.h"
 #include "loom/network/store/store.h"
@@ -51,6 +52,7 @@ struct NodeConn {
   std::vector<protocol::ModelInfo> models;
   std::optional<protocol::PodInfo> pod;
   std::optional<protocol::SlotOffer> slot;  // the reserved slot it offers (hub_slots.cc)
+  std::optional<protocol::Location> location;  // as declared; the world page rounds it
   int32_t max_concurrency = 1;
   protocol::Heartbeat last;     // the latest heartbeat
   double last_heartbeat = 0;
@@ -165,6 +167,45 @@ struct Check {
   verify::Verdict verdict;  // the last comparison, for the log
 };
 
+// The public world page's state (hub_world.cc): what the hub remembers of each machine for it,
+// the history read from the store, the cached snapshot and the event-stream clients.
+struct WorldCache {
+  struct Seen {  // from a node's latest register, kept after it disconnects (this run only)
+    std::string chip;
+    int64_t memory_gb = -1;  // world::MemoryTierGb of what it lends
+    std::optional<protocol::Location> location;  // rounded (world::RoundLocation)
+    std::optional<protocol::PodInfo> pod;
+  };
+  std::unordered_map<std::string, Seen> seen;          // node id -> ...
+  std::unordered_map<std::string, std::string> names;  // node id -> pseudonym
+  std::unordered_map<std::string, std::string> taken;  // pseudonym -> node id
+  // From the store, refreshed every minute (every 5 s while nodes come and go).
+  double history_at = -1e9;
+  bool history_dirty = true;
+  std::vector<std::pair<std::string, int64_t>> enrolled;  // node id, enrolled_ms (by node id)
+  std::unordered_map<std::string, int64_t> enrolled_ms;   // the same, by node id
+  std::unordered_map<std::string, store::Store::NodeActivity> activity;
+  std::unordered_map<std::string, int64_t> requests_last_hour;  // model -> count
+  int64_t tokens_per_day = 0;
+  double last_extend = 0;  // when open node sessions were last moved forward
+  // The snapshot, rebuilt at most once a second.
+  double built_at = -1e9;
+  double build_ms = 0;    // how long the last rebuild took (the history's refresh apart)
+  double build_cpu_ms = 0;  // ...in CPU time of the hub's thread
+  double history_ms = 0;  // ...and the last refresh of the history
+  std::string json;     // /world.json
+  int64_t generated_ms = 0;  // its "generated_ms"
+  std::string totals;   // its "totals" object
+  struct Row {
+    size_t hash = 0;          // of its JSON text
+    uint64_t generation = 0;  // the build that last wrote it
+  };
+  std::unordered_map<std::string, Row> rows;  // pseudonym -> its machine's row
+  uint64_t generation = 0;
+  std::vector<std::shared_ptr<net::Responder>> clients;  // /world/events
+  double last_ping = 0;
+};
+
 class Hub::Impl {
  public:
   Impl(boost::asio::io_context& io, HubOptions options, std::unique_ptr<store::Store> store);
@@ -249,6 +290,14 @@ class Hub::Impl {
   void MarkUntrusted(const std::string& node_id);
   bool Untrusted(const std::string& node_id) const { return untrusted_.count(node_id) > 0; }
   json VerificationJson() const;
+  // hub_world.cc: the public world page.
+  void OnWorld(const net::Request& request, const std::shared_ptr<net::Responder>& responder);
+  void WorldTick(double now);
+  void NoteNodeUp(const NodeConn& c);    // registered: its session opens, the page learns it
+  void NoteNodeDown(const NodeConn& c);  // disconnected: its session closes
+  void RefreshWorldHistory();
+  void BuildWorld(double now);
+  const std::string& WorldName(const std::string& node_id);
 
   // hub_models.cc: which models stay loaded where (load_model / unload_model).
   void ManageModels(double now);
@@ -327,6 +376,7 @@ class Hub::Impl {
   std::map<std::string, std::vector<int32_t>> canary_expected_;  // canary key -> greedy output
   double last_canary_ = 0;
   int64_t checks_passed_ = 0, checks_failed_ = 0, checks_dropped_ = 0, canaries_sent_ = 0;
+  WorldCache world_;
 };
 
 // Store writes the hub cannot undo are logged and the work goes on (the consumer is served).

@@ -155,6 +155,7 @@ void Hub::Impl::HandleRegister(NodeConn& c, const protocol::Register& f) {
   c.models = f.models;
   c.pod = f.pod;
   c.slot = f.slot;
+  c.location = f.location;
   c.max_concurrency = f.max_concurrency;
   c.last = protocol::Heartbeat{};
   c.last.mem_free_bytes = c.facts.mem_free_bytes;
@@ -167,6 +168,7 @@ void Hub::Impl::HandleRegister(NodeConn& c, const protocol::Register& f) {
   OfferSlot(c);
   UpdateFleet(c);
   LogError(store_->TouchNode(c.node_id, base::UnixMillis()));
+  NoteNodeUp(c);
   protocol::Welcome w;
   w.node_id = c.node_id;
   w.heartbeat_ms = static_cast<int32_t>(options_.heartbeat_s * 1000);
@@ -247,7 +249,10 @@ void Hub::Impl::OnNodeClosed(uint64_t conn_id, std::string_view reason) {
     std::fprintf(stderr, "hub: node %s disconnected (%.*s)\n", c->node_id.c_str(),
                  static_cast<int>(reason.size()), reason.data());
     auto r = ready_.find(c->node_id);
-    if (r != ready_.end() && r->second == conn_id) ready_.erase(r);
+    if (r != ready_.end() && r->second == conn_id) {
+      ready_.erase(r);
+      NoteNodeDown(*c);  // (a connection replaced by a newer one: the new session closed it)
+    }
     const std::string why = "node " + c->node_id + " disconnected (" + std::string(reason) + ")";
     for (const std::string& attempt : std::set<std::string>(c->attempts)) {
       if (Job* job = JobOfAttempt(attempt)) FailAttempt(*job, why);

@@ -438,6 +438,7 @@ void Agent::Impl::OnMessage(std::string_view text) {
     if (largest->tp > 1 || largest->pp > 1) r.pod = protocol::PodInfo{largest->tp, largest->pp};
     r.max_concurrency = options_.serve.parallel;
     r.slot = slot_;
+    r.location = options_.location;
     Send(r);
   } else if (auto* w = std::get_if<protocol::Welcome>(&*frame)) {
     welcomed_ = true;

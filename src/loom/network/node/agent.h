@@ -8,11 +8,13 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "loom/base/status.h"
 #include "loom/network/node/model_server.h"
+#include "loom/network/protocol/frames.h"
 
 namespace boost::asio {
 class io_context;
@@ -44,6 +46,9 @@ struct AgentOptions {
   // A stream's tokens go to the hub at most this often (the first at once, the last with the end):
   // a frame per token costs the node and the hub more CPU than a fast model's decode step.
   double chunk_interval_s = 0.01;
+  // Where the machine is, as the operator declared it (--location); the hub rounds it and shows
+  // it on its public world page.  Absent: not on the map.
+  std::optional<protocol::Location> location;
   int ranks = 0;  // > 1: lend a pod of this many local ranks, each model split as the cost model
                   // predicts fastest (instead of serve.tp/serve.pp)
   // A reserved slot instead of spare time: one of `models` (its name as the hub sees it), kept

@@ -1,10 +1,16 @@
 #include "loom/network/node/node_facts.h"
 
 #include <sys/stat.h>
+#if defined(__APPLE__)
+#include <sys/sysctl.h>
+#endif
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -137,9 +143,88 @@ protocol::NodeFacts MeasureFacts(int64_t max_memory_bytes, int threads) {
   struct utsname u {};
   f.os = ::uname(&u) == 0 ? StrCat(u.sysname, "-", u.machine) : "unknown";
   f.version = "loom-0.1";
+  f.chip = ChipName();
   const double bw = base::MeasureReadBandwidth(std::max(1, threads), int64_t{256} << 20, 3);
   f.mem_bandwidth_gbps = std::isfinite(bw) && bw > 0 ? bw / 1e9 : 0;
   return f;
+}
+
+namespace {
+
+std::string CleanLabel(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) c = ' ';
+    if (c == ' ' && (out.empty() || out.back() == ' ')) continue;  // trim, collapse runs
+    out.push_back(c);
+  }
+  while (!out.empty() && out.back() == ' ') out.pop_back();
+  if (static_cast<int64_t>(out.size()) > protocol::kMaxLabelBytes) {
+    size_t cut = static_cast<size_t>(protocol::kMaxLabelBytes);
+    while (cut > 0 && (static_cast<unsigned char>(out[cut]) & 0xC0) == 0x80) --cut;  // (UTF-8)
+    out.resize(cut);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string ChipFromCpuinfo(const std::string& cpuinfo) {
+  std::istringstream in(cpuinfo);
+  for (std::string line; std::getline(in, line);) {
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string key = line.substr(0, colon);
+    while (!key.empty() && (key.back() == ' ' || key.back() == '\t')) key.pop_back();
+    if (key == "model name") return CleanLabel(line.substr(colon + 1));
+  }
+  return "";
+}
+
+std::string ChipName() {
+#if defined(__APPLE__)
+  char brand[256] = {};
+  size_t size = sizeof(brand) - 1;
+  if (::sysctlbyname("machdep.cpu.brand_string", brand, &size, nullptr, 0) == 0) {
+    return CleanLabel(std::string_view(brand, strnlen(brand, sizeof(brand))));
+  }
+  return "";
+#else
+  std::ifstream in("/proc/cpuinfo");
+  if (!in) return "";
+  std::stringstream text;
+  text << in.rdbuf();
+  return ChipFromCpuinfo(text.str());
+#endif
+}
+
+StatusOr<protocol::Location> ParseLocation(const std::string& text) {
+  const auto bad = [&text]() {
+    return InvalidArgumentError("--location must be LAT,LON in decimal degrees, e.g. 52.5,13.4 "
+                                "(latitude in [-90, 90], longitude in [-180, 180]); got '",
+                                text, "'");
+  };
+  const size_t comma = text.find(',');
+  if (comma == std::string::npos || text.find(',', comma + 1) != std::string::npos) return bad();
+  double v[2] = {0, 0};
+  const std::string parts[2] = {text.substr(0, comma), text.substr(comma + 1)};
+  for (int i = 0; i < 2; ++i) {
+    const std::string& p = parts[i];
+    if (p.empty() || p.size() > 32) return bad();
+    for (char c : p) {
+      if (!(std::isdigit(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '+' ||
+            c == ' ')) {
+        return bad();  // (no "nan", "inf", hex or exponents)
+      }
+    }
+    char* end = nullptr;
+    v[i] = std::strtod(p.c_str(), &end);
+    while (end != nullptr && *end == ' ') ++end;
+    if (end == p.c_str() || end == nullptr || *end != '\0' || !std::isfinite(v[i])) return bad();
+  }
+  if (v[0] < -90 || v[0] > 90 || v[1] < -180 || v[1] > 180) return bad();
+  return protocol::Location{.lat = v[0], .lon = v[1]};
 }
 
 bool Schedule::Allows(int minute) const {

@@ -30,6 +30,17 @@ StatusOr<LocalModel> DescribeModel(const std::string& spec, int64_t ctx,
 // and the memory read bandwidth measured now (~0.3 s).
 protocol::NodeFacts MeasureFacts(int64_t max_memory_bytes, int threads);
 
+// The processor's name: /proc/cpuinfo's "model name" (Linux), sysctl machdep.cpu.brand_string
+// (macOS); "" when neither says.  Trimmed, control characters dropped, at most
+// protocol::kMaxLabelBytes bytes.
+std::string ChipName();
+// The first "model name" of a /proc/cpuinfo text, cleaned as ChipName says.
+std::string ChipFromCpuinfo(const std::string& cpuinfo);
+
+// `loom node --location LAT,LON` in decimal degrees, e.g. "52.5,13.4" (latitude in [-90, 90],
+// longitude in [-180, 180]).
+StatusOr<protocol::Location> ParseLocation(const std::string& text);
+
 // Lending hours: "HH:MM-HH:MM[,HH:MM-HH:MM...]" in local time; a range may wrap midnight.
 // Empty = always.
 struct Schedule {

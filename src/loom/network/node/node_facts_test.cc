@@ -1,5 +1,6 @@
 #include "loom/network/node/node_facts.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -40,6 +41,36 @@ TEST(ParseBytesTest, UnitsAndErrors) {
   EXPECT_FALSE(ParseBytes("lots").ok());
   EXPECT_FALSE(ParseBytes("-1G").ok());
   EXPECT_FALSE(ParseBytes("3X").ok());
+}
+
+TEST(ChipTest, ModelNameFromCpuinfo) {
+  EXPECT_EQ(ChipFromCpuinfo("processor\t: 0\nvendor_id\t: AuthenticAMD\n"
+                            "model name\t:   AMD EPYC 7763   64-Core Processor  \n"
+                            "processor\t: 1\nmodel name\t: other\n"),
+            "AMD EPYC 7763 64-Core Processor");
+  EXPECT_EQ(ChipFromCpuinfo("processor\t: 0\nBogoMIPS\t: 48.00\n"), "");  // (some ARM boards)
+  EXPECT_EQ(ChipFromCpuinfo("model name\t: " + std::string(300, 'x')).size(), 128u);
+  // On this machine: whatever it is, a valid frame label.
+  const std::string chip = ChipName();
+  EXPECT_LE(chip.size(), 128u);
+  for (char c : chip) EXPECT_GE(static_cast<unsigned char>(c), 0x20);
+}
+
+TEST(LocationTest, ParsesAndRefuses) {
+  auto l = ParseLocation("52.52,13.405");
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  EXPECT_DOUBLE_EQ(l->lat, 52.52);
+  EXPECT_DOUBLE_EQ(l->lon, 13.405);
+  l = ParseLocation("-33.9, -151");
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  EXPECT_DOUBLE_EQ(l->lon, -151);
+  EXPECT_TRUE(ParseLocation("90,180").ok());
+  for (const char* bad : {"", "52", "91,0", "0,180.5", "nan,0", "1e1,0", "0x1,2", "1,2,3",
+                          "a,b", ",", "inf,0"}) {
+    EXPECT_FALSE(ParseLocation(bad).ok()) << bad;
+  }
+  EXPECT_THAT(ParseLocation("91,0").status().message(),
+              ::testing::HasSubstr("latitude in [-90, 90]"));
 }
 
 TEST(DescribeModelTest, ShapeAndHashOfARealModelAndACachedHash) {

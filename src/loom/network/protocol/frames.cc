@@ -170,6 +170,7 @@ Status ReadFields(Reader& r, NodeFacts* f);
 Status ReadFields(Reader& r, PodInfo* p);
 Status ReadFields(Reader& r, Earning* e);
 Status ReadFields(Reader& r, SlotOffer* s);
+Status ReadFields(Reader& r, Location* l);
 
 // Reads the fields of one JSON object, remembering which it read so that Finish can name the first
 // field nobody asked for.  `path` prefixes field names in messages ("facts.", "models[2].").
@@ -218,6 +219,14 @@ class Reader {
     }
     *out = v->get<std::string>();
     return OkStatus();
+  }
+  // An optional label: absent reads as "".
+  Status OptionalLabel(std::string_view key, std::string* out) {
+    if (object_.find(key) == object_.end()) {
+      out->clear();
+      return OkStatus();
+    }
+    return Label(key, out);
   }
   Status Label(std::string_view key, std::string* out) {
     return String(
@@ -459,7 +468,8 @@ Status ReadFields(Reader& r, NodeFacts* f) {
   LOOM_RETURN_IF_ERROR(
       r.Number("mem_bandwidth_gbps", 0, kMaxMemBandwidthGbps, &f->mem_bandwidth_gbps));
   LOOM_RETURN_IF_ERROR(r.Label("os", &f->os));
-  return r.Label("version", &f->version);
+  LOOM_RETURN_IF_ERROR(r.Label("version", &f->version));
+  return r.OptionalLabel("chip", &f->chip);
 }
 
 Status ReadFields(Reader& r, PodInfo* p) {
@@ -475,6 +485,11 @@ Status ReadFields(Reader& r, SlotOffer* s) {
     return r.Invalid("end_minute", "must differ from 'begin_minute' (0 and 1440: all day)");
   }
   return OkStatus();
+}
+
+Status ReadFields(Reader& r, Location* l) {
+  LOOM_RETURN_IF_ERROR(r.Number("lat", -90, 90, &l->lat));
+  return r.Number("lon", -180, 180, &l->lon);
 }
 
 const std::string& ModelName(const ModelInfo& m) { return m.name; }
@@ -494,6 +509,7 @@ Status ReadFields(Reader& r, Register* f) {
   LOOM_RETURN_IF_ERROR(r.Distinct("models", f->models, ModelName));
   LOOM_RETURN_IF_ERROR(r.OptionalStruct("pod", &f->pod));
   LOOM_RETURN_IF_ERROR(r.Int("max_concurrency", 1, kMaxConcurrency, &f->max_concurrency));
+  LOOM_RETURN_IF_ERROR(r.OptionalStruct("location", &f->location));
   LOOM_RETURN_IF_ERROR(r.OptionalStruct("slot", &f->slot));
   if (f->slot && std::none_of(f->models.begin(), f->models.end(), [&](const ModelInfo& m) {
         return m.name == f->slot->model;
@@ -619,6 +635,7 @@ void WriteFields(const Register& f, json& j) {
                 {"mem_bandwidth_gbps", f.facts.mem_bandwidth_gbps},
                 {"os", f.facts.os},
                 {"version", f.facts.version}};
+  if (!f.facts.chip.empty()) j["facts"]["chip"] = f.facts.chip;
   j["models"] = ToJson(f.models);
   if (f.pod) j["pod"] = {{"tp", f.pod->tp}, {"pp", f.pod->pp}};
   j["max_concurrency"] = f.max_concurrency;
@@ -627,6 +644,7 @@ void WriteFields(const Register& f, json& j) {
                  {"begin_minute", f.slot->begin_minute},
                  {"end_minute", f.slot->end_minute}};
   }
+  if (f.location) j["location"] = {{"lat", f.location->lat}, {"lon", f.location->lon}};
 }
 
 void WriteFields(const Welcome& f, json& j) {

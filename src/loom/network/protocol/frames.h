@@ -11,7 +11,8 @@
 // Limits (what ParseFrame accepts):
 //   ids and names (node_id, hub_id, attempt_id, model names, error codes): 1-128 bytes of
 //     [A-Za-z0-9._:/@+-];
-//   labels (simd, os, version): at most 128 bytes, no control characters;
+//   labels (simd, os, version, chip): at most 128 bytes, no control characters;
+//   a location: latitude in [-90, 90], longitude in [-180, 180] degrees, finite;
 //   free text (error message): at most 4096 bytes; chunk text: at most 1 MiB;
 //   byte counts: integers in [0, 2^48], so a hub can add up a large fleet without overflow;
 //   token ids: [0, 2^31-1], at most 2^20 in one list; token counts and chunk indices: [0, 2^31-1];
@@ -88,7 +89,18 @@ struct NodeFacts {
   double mem_bandwidth_gbps = 0;  // GB/s measured by the node, finite, in [0, kMaxMemBandwidthGbps]
   std::string os{};               // label
   std::string version{};          // label: the node agent's version
+  // Optional label (absent or "" when unknown): the processor's name, e.g. "Apple M2 Max" or
+  // "AMD EPYC 7763 64-Core Processor".  Shown on the hub's public world page.
+  std::string chip{};
   bool operator==(const NodeFacts&) const = default;
+};
+
+// Where the operator says the machine is (`loom node --location LAT,LON`), in degrees.  The hub
+// rounds it (world page) before it keeps or shows it.
+struct Location {
+  double lat = 0;  // in [-90, 90]
+  double lon = 0;  // in [-180, 180]
+  bool operator==(const Location&) const = default;
 };
 
 struct PodInfo {
@@ -126,6 +138,7 @@ struct Register {
   std::optional<PodInfo> pod{};     // present when this node leads a pod
   int32_t max_concurrency = 1;      // in [1, kMaxConcurrency]
   std::optional<SlotOffer> slot{};  // a reserved slot for one of `models`; absent: spare time
+  std::optional<Location> location{};  // optional: declared by the operator
   bool operator==(const Register&) const = default;
 };
 

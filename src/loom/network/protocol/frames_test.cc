@@ -52,6 +52,9 @@ std::vector<Frame> SampleFrames() {
   with_pod.slot = SlotOffer{.model = "llama-3.2-1b:q8", .begin_minute = 1320, .end_minute = 360};
   Register no_models = SampleRegister();
   no_models.models.clear();
+  Register located = SampleRegister();
+  located.facts.chip = "AMD EPYC 7763 64-Core Processor";
+  located.location = Location{.lat = -33.87, .lon = 151.21};
   return {
       Hello{.node_id = "node-3f2a"},
       Challenge{.nonce = kNonce, .hub_id = "hub.example.org"},
@@ -109,6 +112,7 @@ std::vector<Frame> SampleFrames() {
                .idle_reasons = {"model 'm': 3 requests went to reserved slots"},
                .slot = ""},
       Standing{},
+      located,  // (last: tests pick frames above by index)
   };
 }
 
@@ -310,6 +314,37 @@ TEST(FramesTest, ChunkScoresAreOptionalAndOnePerToken) {
   auto null = ParseFrame(Edited(plain, [](json& j) { j["logprobs"] = nullptr; }));
   ASSERT_TRUE(null.ok()) << null.status().ToString();
   EXPECT_TRUE(std::get<Chunk>(*null).logprobs.empty());
+}
+
+TEST(FramesTest, ChipAndLocationAreOptional) {
+  // A register of an older agent (no chip, no location) still parses.
+  StatusOr<Frame> r = ParseFrame(SerializeFrame(SampleRegister()));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(std::get<Register>(*r).facts.chip, "");
+  EXPECT_FALSE(std::get<Register>(*r).location.has_value());
+  const std::string located = Edited(SampleRegister(), [](json& j) {
+    j["facts"]["chip"] = "Apple M2 Max";
+    j["location"] = {{"lat", 90}, {"lon", -180}};
+  });
+  r = ParseFrame(located);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(std::get<Register>(*r).facts.chip, "Apple M2 Max");
+  EXPECT_EQ(std::get<Register>(*r).location, (Location{.lat = 90, .lon = -180}));
+  EXPECT_THAT(ParseError(Edited(SampleRegister(),
+                                [](json& j) { j["location"] = {{"lat", 90.5}, {"lon", 0}}; })),
+              HasSubstr("field 'location.lat' must be a number in [-90.0, 90.0] (got 90.5)"));
+  EXPECT_THAT(ParseError(Edited(SampleRegister(),
+                                [](json& j) { j["location"] = {{"lat", 0}, {"lon", "east"}}; })),
+              HasSubstr("field 'location.lon' must be a number in [-180.0, 180.0]"));
+  EXPECT_THAT(ParseError(Edited(SampleRegister(), [](json& j) { j["location"] = {{"lat", 0}}; })),
+              HasSubstr("missing field 'location.lon'"));
+  EXPECT_THAT(ParseError(Edited(SampleRegister(),
+                                [](json& j) {
+                                  j["location"] = {{"lat", 0}, {"lon", 0}, {"alt", 3}};
+                                })),
+              HasSubstr("unknown field \"location.alt\""));
+  EXPECT_THAT(ParseError(Edited(SampleRegister(), [](json& j) { j["facts"]["chip"] = "a\nb"; })),
+              HasSubstr("field 'facts.chip' must be a string of at most 128 bytes"));
 }
 
 TEST(FramesTest, RejectsUnknownFields) {

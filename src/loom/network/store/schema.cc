@@ -180,6 +180,21 @@ const std::vector<Migration> kMigrations = {
          " answered BIGINT NOT NULL,"
          " PRIMARY KEY (slot_id, day))",
      }},
+    {"node sessions (connection history) and attempts by their end, for the world page",
+     {
+         // One row per connection of a node, from its register to its close.  `open` rows are
+         // this hub run's live connections; until_ms of an open row is moved forward every minute
+         // (ExtendNodeSessions), so that one left open by a hub that died ends near its death.
+         "CREATE TABLE node_sessions ("
+         " id {id},"
+         " node_id TEXT NOT NULL,"
+         " connected_ms BIGINT NOT NULL,"
+         " until_ms BIGINT NOT NULL,"
+         " open INTEGER NOT NULL DEFAULT 1)",
+         "CREATE INDEX node_sessions_by_until ON node_sessions (until_ms)",
+         "CREATE INDEX node_sessions_open ON node_sessions (node_id) WHERE open = 1",
+         "CREATE INDEX attempts_by_finished ON attempts (finished_ms)",
+     }},
 };
 
 constexpr std::string_view kCreateVersionTable =

@@ -1,5 +1,7 @@
 #include "loom/network/store/sql_store.h"
 
+#include <algorithm>
+
 #include "loom/network/store/schema.h"
 
 namespace loom::network::store {
@@ -276,6 +278,123 @@ Status SqlStore::TouchNode(std::string_view node_id, int64_t last_seen_ms) {
       Run(op, "UPDATE nodes SET last_seen_ms = $2 WHERE node_id = $1", {node_id, last_seen_ms}));
   if (r.affected == 0) return NotFoundError("store: ", op, ": no such node");
   return OkStatus();
+}
+
+// ---- node sessions and the world page's history ----
+
+Status SqlStore::OpenNodeSession(std::string_view node_id, int64_t now_ms) {
+  const std::string op = StrCat("open session of node ", Quoted(node_id));
+  Transaction tx(*conn_);
+  Status begun = tx.Begin();
+  if (!begun.ok()) return begun.WithContext(StrCat("store: ", op));
+  LOOM_RETURN_IF_ERROR(Run(op,
+                           "UPDATE node_sessions SET open = 0, until_ms = $2 "
+                           "WHERE node_id = $1 AND open = 1",
+                           {node_id, now_ms})
+                           .status());
+  LOOM_RETURN_IF_ERROR(Run(op,
+                           "INSERT INTO node_sessions (node_id, connected_ms, until_ms, open) "
+                           "VALUES ($1, $2, $2, 1)",
+                           {node_id, now_ms})
+                           .status());
+  return tx.Commit().WithContext(StrCat("store: ", op));
+}
+
+Status SqlStore::CloseNodeSession(std::string_view node_id, int64_t now_ms) {
+  return Run(StrCat("close session of node ", Quoted(node_id)),
+             "UPDATE node_sessions SET open = 0, until_ms = $2 WHERE node_id = $1 AND open = 1",
+             {node_id, now_ms})
+      .status();
+}
+
+Status SqlStore::ExtendNodeSessions(int64_t now_ms) {
+  return Run("extend node sessions", "UPDATE node_sessions SET until_ms = $1 WHERE open = 1",
+             {now_ms})
+      .status();
+}
+
+StatusOr<int64_t> SqlStore::CloseStaleNodeSessions() {
+  LOOM_ASSIGN_OR_RETURN(
+      SqlResult r,
+      Run("close stale node sessions", "UPDATE node_sessions SET open = 0 WHERE open = 1", {}));
+  return r.affected;
+}
+
+StatusOr<std::vector<Store::NodeActivity>> SqlStore::NodeActivitySince(int64_t since_ms,
+                                                                       int64_t now_ms) {
+  constexpr std::string_view op = "node activity";
+  // Each session's overlap with [since, now]; an open one lasts until now.  (CASE rather than
+  // LEAST/GREATEST or MIN/MAX of two values: the engines spell those differently.)
+  LOOM_ASSIGN_OR_RETURN(
+      SqlResult sessions,
+      Run(op,
+          "SELECT node_id, CAST(SUM("
+          " (CASE WHEN open = 1 OR until_ms > $2 THEN $2 ELSE until_ms END) -"
+          " (CASE WHEN connected_ms < $1 THEN $1 ELSE connected_ms END)) AS BIGINT) "
+          "FROM node_sessions WHERE (open = 1 OR until_ms > $1) AND connected_ms < $2 "
+          "GROUP BY node_id ORDER BY node_id",
+          {since_ms, now_ms}));
+  LOOM_ASSIGN_OR_RETURN(
+      SqlResult tokens,
+      Run(op,
+          "SELECT node_id, CAST(SUM(tokens) AS BIGINT) FROM attempts "
+          "WHERE finished_ms >= $1 AND finished_ms <= $2 AND state != 'running' "
+          "GROUP BY node_id ORDER BY node_id",
+          {since_ms, now_ms}));
+  // Merge the two lists, both ordered by node_id.
+  std::vector<NodeActivity> out;
+  size_t i = 0, j = 0;
+  while (i < sessions.rows.size() || j < tokens.rows.size()) {
+    RowReader a(i < sessions.rows.size() ? sessions.rows[i] : tokens.rows[j]);
+    RowReader b(j < tokens.rows.size() ? tokens.rows[j] : sessions.rows[i]);
+    const std::string na = a.Text(0), nb = b.Text(0);
+    NodeActivity n;
+    if (j >= tokens.rows.size() || (i < sessions.rows.size() && na < nb)) {
+      n = {na, std::max<int64_t>(0, a.Int(1)), 0};
+      ++i;
+    } else if (i >= sessions.rows.size() || nb < na) {
+      n = {nb, 0, b.Int(1)};
+      ++j;
+    } else {
+      n = {na, std::max<int64_t>(0, a.Int(1)), b.Int(1)};
+      ++i, ++j;
+    }
+    if (!a.status().ok()) return a.status().WithContext(StrCat("store: ", op));
+    if (!b.status().ok()) return b.status().WithContext(StrCat("store: ", op));
+    out.push_back(std::move(n));
+  }
+  return out;
+}
+
+StatusOr<int64_t> SqlStore::TokensSince(int64_t since_ms) {
+  constexpr std::string_view op = "tokens since";
+  LOOM_ASSIGN_OR_RETURN(
+      SqlResult r,
+      Run(op, "SELECT CAST(COALESCE(SUM(tokens), 0) AS BIGINT) FROM attempts "
+          "WHERE finished_ms >= $1 AND state != 'running'",
+          {since_ms}));
+  if (r.rows.size() != 1) return DataLossError("store: ", op, ": no row");
+  RowReader row(r.rows[0]);
+  const int64_t n = row.Int(0);
+  if (!row.status().ok()) return row.status().WithContext(StrCat("store: ", op));
+  return n;
+}
+
+StatusOr<std::vector<Store::ModelCount>> SqlStore::RequestsSince(int64_t since_ms) {
+  constexpr std::string_view op = "requests since";
+  LOOM_ASSIGN_OR_RETURN(SqlResult r,
+                        Run(op,
+                            "SELECT model, COUNT(*) FROM jobs WHERE created_ms >= $1 "
+                            "GROUP BY model ORDER BY model",
+                            {since_ms}));
+  std::vector<ModelCount> out;
+  for (const Row& row : r.rows) {
+    RowReader rr(row);
+    ModelCount m{rr.Text(0), rr.Int(1)};
+    if (!rr.status().ok()) return rr.status().WithContext(StrCat("store: ", op));
+    out.push_back(std::move(m));
+  }
+  return out;
 }
 
 // ---- jobs and attempts ----

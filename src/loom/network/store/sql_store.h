@@ -31,6 +31,13 @@ class SqlStore final : public Store {
   StatusOr<std::optional<NodeRecord>> FindNode(std::string_view node_id) override;
   StatusOr<std::vector<NodeRecord>> ListNodes() override;
   Status TouchNode(std::string_view node_id, int64_t last_seen_ms) override;
+  Status OpenNodeSession(std::string_view node_id, int64_t now_ms) override;
+  Status CloseNodeSession(std::string_view node_id, int64_t now_ms) override;
+  Status ExtendNodeSessions(int64_t now_ms) override;
+  StatusOr<int64_t> CloseStaleNodeSessions() override;
+  StatusOr<std::vector<NodeActivity>> NodeActivitySince(int64_t since_ms, int64_t now_ms) override;
+  StatusOr<int64_t> TokensSince(int64_t since_ms) override;
+  StatusOr<std::vector<ModelCount>> RequestsSince(int64_t since_ms) override;
   Status CreateJob(const JobRecord& job, const LedgerTx* reserve) override;
   Status FinishJob(std::string_view job_id, JobState state, int64_t finished_ms,
                    int64_t prompt_tokens, int64_t completion_tokens, std::string_view finish_reason,

@@ -192,6 +192,33 @@ class Store {  // not thread-safe: the hub calls it from its one loop thread
   virtual StatusOr<std::vector<NodeRecord>> ListNodes() = 0;
   virtual Status TouchNode(std::string_view node_id, int64_t last_seen_ms) = 0;  // kNotFound
 
+  // Node sessions: one per connection of a node (its register to its close), for the world
+  // page's reliability.  OpenNodeSession closes any session of the node still open first (at
+  // now_ms); CloseNodeSession ends the node's open one (none: OK).  ExtendNodeSessions moves
+  // every open session's end to now_ms; CloseStaleNodeSessions (at hub start) ends the sessions an
+  // earlier run left open where they were last extended, and returns how many.
+  virtual Status OpenNodeSession(std::string_view node_id, int64_t now_ms) = 0;
+  virtual Status CloseNodeSession(std::string_view node_id, int64_t now_ms) = 0;
+  virtual Status ExtendNodeSessions(int64_t now_ms) = 0;
+  virtual StatusOr<int64_t> CloseStaleNodeSessions() = 0;
+  // Per node with any, ordered by node_id: the time connected within [since_ms, now_ms] (open
+  // sessions count up to now_ms) and the tokens of its attempts that finished in that window.
+  struct NodeActivity {
+    std::string node_id;
+    int64_t connected_ms = 0;
+    int64_t tokens = 0;
+  };
+  virtual StatusOr<std::vector<NodeActivity>> NodeActivitySince(int64_t since_ms,
+                                                                int64_t now_ms) = 0;
+  // The tokens of every attempt finished at or after since_ms; the requests (jobs, benchmarks
+  // are none) created at or after since_ms per model, ordered by model.
+  virtual StatusOr<int64_t> TokensSince(int64_t since_ms) = 0;
+  struct ModelCount {
+    std::string model;
+    int64_t count = 0;
+  };
+  virtual StatusOr<std::vector<ModelCount>> RequestsSince(int64_t since_ms) = 0;
+
   // Jobs and attempts.  A job or attempt is finished once: finishing an unknown one is
   // kNotFound, finishing one that is no longer running kFailedPrecondition, and finishing to a
   // running state kInvalidArgument.  (job_id, number) is unique among attempts.

@@ -166,6 +166,90 @@ TEST_P(StoreTest, NodesAreAddedFoundTouchedAndListed) {
   EXPECT_EQ(nodes[1].node_id, "node-b");
 }
 
+TEST_P(StoreTest, NodeSessionsGiveTheTimeConnectedWithinAWindow) {
+  // node-a: [100, 300] closed, then open from 500; node-b: [50, 120] closed; node-c: none.
+  LOOM_ASSERT_OK(store_->OpenNodeSession("node-a", 100));
+  LOOM_ASSERT_OK(store_->OpenNodeSession("node-b", 50));
+  LOOM_ASSERT_OK(store_->CloseNodeSession("node-b", 120));
+  LOOM_ASSERT_OK(store_->CloseNodeSession("node-b", 130));  // none open: nothing changes
+  LOOM_ASSERT_OK(store_->CloseNodeSession("node-a", 300));
+  LOOM_ASSERT_OK(store_->OpenNodeSession("node-a", 500));
+  using Activity = Store::NodeActivity;
+  auto same = [](const std::vector<Activity>& got, const std::vector<Activity>& want) {
+    if (got.size() != want.size()) return false;
+    for (size_t i = 0; i < got.size(); ++i) {
+      if (got[i].node_id != want[i].node_id || got[i].connected_ms != want[i].connected_ms ||
+          got[i].tokens != want[i].tokens) {
+        return false;
+      }
+    }
+    return true;
+  };
+  LOOM_ASSERT_OK_AND_ASSIGN(std::vector<Activity> all, store_->NodeActivitySince(0, 1000));
+  EXPECT_TRUE(same(all, {{"node-a", 200 + 500, 0}, {"node-b", 70, 0}}));
+  // The window cuts sessions at both ends; an open one lasts until now.
+  LOOM_ASSERT_OK_AND_ASSIGN(std::vector<Activity> cut, store_->NodeActivitySince(110, 600));
+  EXPECT_TRUE(same(cut, {{"node-a", 190 + 100, 0}, {"node-b", 10, 0}}));
+  LOOM_ASSERT_OK_AND_ASSIGN(std::vector<Activity> late, store_->NodeActivitySince(400, 1000));
+  EXPECT_TRUE(same(late, {{"node-a", 500, 0}}));
+  // Opening again closes the open one first.
+  LOOM_ASSERT_OK(store_->OpenNodeSession("node-a", 700));
+  LOOM_ASSERT_OK_AND_ASSIGN(std::vector<Activity> reopened, store_->NodeActivitySince(400, 1000));
+  EXPECT_TRUE(same(reopened, {{"node-a", 200 + 300, 0}}));
+
+  // A hub that died left node-a open, last extended at 800: at the next start it ends there.
+  LOOM_ASSERT_OK(store_->ExtendNodeSessions(800));
+  Reopen();
+  LOOM_ASSERT_OK_AND_ASSIGN(int64_t stale, store_->CloseStaleNodeSessions());
+  EXPECT_EQ(stale, 1);
+  LOOM_ASSERT_OK_AND_ASSIGN(std::vector<Activity> after, store_->NodeActivitySince(400, 5000));
+  EXPECT_TRUE(same(after, {{"node-a", 200 + 100, 0}}));
+  LOOM_ASSERT_OK_AND_ASSIGN(int64_t none, store_->CloseStaleNodeSessions());
+  EXPECT_EQ(none, 0);
+}
+
+TEST_P(StoreTest, TokensAndRequestsWithinAWindow) {
+  JobRecord other = Job("job-2", 150);
+  other.model = "llama-3.2-1b";
+  LOOM_ASSERT_OK(store_->CreateJob(Job("job-1", 100)));
+  LOOM_ASSERT_OK(store_->CreateJob(other));
+  LOOM_ASSERT_OK(store_->CreateJob(Job("job-3", 400)));
+  AttemptRecord elsewhere = Attempt("att-3", "job-2", 1);
+  elsewhere.node_id = "node-0";
+  LOOM_ASSERT_OK(store_->AddAttempt(Attempt("att-1", "job-1", 1)));
+  LOOM_ASSERT_OK(store_->AddAttempt(Attempt("att-2", "job-1", 2)));
+  LOOM_ASSERT_OK(store_->AddAttempt(elsewhere));
+  LOOM_ASSERT_OK(store_->AddAttempt(Attempt("att-4", "job-3", 1)));  // still running
+  LOOM_ASSERT_OK(store_->FinishAttempt("att-1", AttemptState::kFailed, 120, 150, 5, "died"));
+  LOOM_ASSERT_OK(store_->FinishAttempt("att-2", AttemptState::kCompleted, 160, 200, 40, ""));
+  LOOM_ASSERT_OK(store_->FinishAttempt("att-3", AttemptState::kCompleted, 170, 300, 7, ""));
+  LOOM_ASSERT_OK(store_->OpenNodeSession("node-1", 100));
+
+  LOOM_ASSERT_OK_AND_ASSIGN(int64_t tokens, store_->TokensSince(0));
+  EXPECT_EQ(tokens, 52);  // the running attempt's are not counted yet
+  LOOM_ASSERT_OK_AND_ASSIGN(int64_t later, store_->TokensSince(160));
+  EXPECT_EQ(later, 47);
+  LOOM_ASSERT_OK_AND_ASSIGN(int64_t none, store_->TokensSince(1000));
+  EXPECT_EQ(none, 0);
+
+  LOOM_ASSERT_OK_AND_ASSIGN(std::vector<Store::NodeActivity> nodes,
+                            store_->NodeActivitySince(0, 1000));
+  ASSERT_EQ(nodes.size(), 2u);
+  EXPECT_EQ(nodes[0].node_id, "node-0");  // tokens, no session
+  EXPECT_EQ(nodes[0].connected_ms, 0);
+  EXPECT_EQ(nodes[0].tokens, 7);
+  EXPECT_EQ(nodes[1].node_id, "node-1");  // both
+  EXPECT_EQ(nodes[1].connected_ms, 900);
+  EXPECT_EQ(nodes[1].tokens, 45);
+
+  LOOM_ASSERT_OK_AND_ASSIGN(std::vector<Store::ModelCount> requests, store_->RequestsSince(120));
+  ASSERT_EQ(requests.size(), 2u);
+  EXPECT_EQ(requests[0].model, "llama-3.2-1b");
+  EXPECT_EQ(requests[0].count, 1);
+  EXPECT_EQ(requests[1].model, "qwen3-0.6b");
+  EXPECT_EQ(requests[1].count, 1);
+}
+
 TEST_P(StoreTest, JobAndAttemptsLifeCycle) {
   LOOM_ASSERT_OK(store_->CreateJob(Job("job-1", 100)));
   LOOM_ASSERT_OK(store_->AddAttempt(Attempt("att-2", "job-1", 2)));
