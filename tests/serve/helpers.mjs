@@ -58,11 +58,18 @@ export async function selfSignedCert(prefix = "tls-") {
   return { cert, key };
 }
 
+// Callers that ask at once share one `loom synth`, and the file appears whole (written under
+// another name, then renamed), so nobody can open it half written.
+const synthesizing = new Map();
 export async function synthModel(type = "q8_0", shape = "tiny") {
   const file = path.join(tmpDir(), `${shape}-${type}.gguf`);
-  if (!fs.existsSync(file)) {
-    await execFileP(LOOM, ["synth", "--shape", shape, "--type", type, "--seed", "3", "-o", file]);
+  if (fs.existsSync(file)) return file;
+  if (!synthesizing.has(file)) {
+    const part = path.join(tmpDir(), `${shape}-${type}.part.gguf`);
+    synthesizing.set(file, execFileP(LOOM, ["synth", "--shape", shape, "--type", type, "--seed", "3",
+                                            "-o", part]).then(() => fs.renameSync(part, file)));
   }
+  await synthesizing.get(file);
   return file;
 }
 
