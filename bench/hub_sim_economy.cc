@@ -117,6 +117,7 @@ void Sim::MakeEconomyFleet() {
         room -= kModels[m].weight_gb;
       }
     }
+    // One speed per node, its largest model's (the smaller one answers no faster).
     const double largest_gb = kModels[n.models.back()].weight_gb;
     n.decode_ms_per_token = largest_gb / (0.8 * c.bandwidth_gbps) * 1e3;
     n.prefill_ms = 20 + 80 * u(rng_);
@@ -135,9 +136,6 @@ void Sim::MakeEconomyFleet() {
     PrepareHeartbeat(n);
   }
 }
-
-// The decode speed is the largest model's: a node's two models share its memory bandwidth, and the
-// smaller one is then a little slower than it could be (the hub measures each on its own).
 
 void Sim::EconomyRequest() {
   if (NowSeconds() >= econ_end_) return;
@@ -271,11 +269,9 @@ int Sim::Economy(const std::string& db) {
     v.erase("recent");
     r_["economy"]["verification"] = v;
   }
-  const double end = NowSeconds();
   keepalive_.cancel();
   StopChild(&g_hub_pid, SIGTERM, 20);
   EconomyReport(db);
-  (void)end;
   if (!o_.keep) {
     std::error_code ec;
     std::filesystem::remove_all(tmp_, ec);
