@@ -26,11 +26,17 @@
 // Usage: hub_sim [--nodes N] [--requests M] [--seconds S] [--loom PATH] [--clients C]
 //                [--dials D] [--seed S] [--perf PREFIX] [--keep] [--json]
 //                [--world-runs R] [--world-hold S]
+//        hub_sim --phase economy [--nodes N] [--seconds S] [--clients C] [--reserve-share F]
+//                [--cheat-share F] [--die-share F] [--seed S] [--keep] [--json]
+// (--phase economy: credits, reserved slots and verification with honest, cheating and dying
+// nodes of three Apple machine classes; see the header of bench/hub_sim_economy.cc.)
 // (--perf: `perf record -g` of the hub during the idle, ingest and placement phases, into
 // PREFIX-idle.data, PREFIX-ingest.data and PREFIX-placement.data.)
 // The code: this file has main(), the flags, the hub, the phases and the summary;
 // hub_sim_fleet.cc the simulated nodes; hub_sim_proc.cc child processes, /proc and sock_diag;
-// hub_sim.h (and hub_sim_proc.h) the declarations they share.
+// hub_sim.h (and hub_sim_proc.h) the declarations they share; hub_sim_economy.cc --phase economy.
+// Every node answers with the simulator's deterministic model (hub_sim.h): its tokens, and the
+// hub's scoring assigns (verification) with per-token logprobs.
 #include "hub_sim.h"
 
 #include <fcntl.h>
@@ -76,9 +82,11 @@ double Percentile(std::vector<double> v, double p) {
 void Sim::StartHub(const std::string& db) {
   int out[2];
   if (::pipe2(out, O_CLOEXEC) != 0) Die("pipe");
-  g_hub_pid = Spawn({o_.loom, "hub", "--listen", "127.0.0.1:0", "--db", db, "--admin-key",
-                     kAdminKey, "--max-connections", "30000"},
-                    out[1], out[0], tmp_ + "/hub.log");
+  std::vector<std::string> argv = {o_.loom,   "hub",      "--listen",          "127.0.0.1:0",
+                                   "--db",     db,         "--admin-key",       kAdminKey,
+                                   "--max-connections", "30000"};
+  argv.insert(argv.end(), hub_args_.begin(), hub_args_.end());
+  g_hub_pid = Spawn(argv, out[1], out[0], tmp_ + "/hub.log");
   ::close(out[1]);
   std::string text;
   const double end = NowSeconds() + 60;
@@ -552,6 +560,7 @@ int Sim::Run() {
   if (::mkdtemp(pattern.data()) == nullptr) Die("mkdtemp");
   tmp_ = pattern;
   const std::string db = tmp_ + "/hub.db";
+  if (o_.phase == "economy") return Economy(db);
 
   double t = NowSeconds();
   MakeCatalogue();
@@ -628,8 +637,13 @@ int main(int argc, char** argv) {
     else if (a == "--json") o.json = true;
     else if (a == "--world-runs") o.world_runs = std::atoi(next().c_str());
     else if (a == "--world-hold") o.world_hold = std::atof(next().c_str());
+    else if (a == "--phase") o.phase = next();
+    else if (a == "--reserve-share") o.reserve_share = std::atof(next().c_str());
+    else if (a == "--cheat-share") o.cheat_share = std::atof(next().c_str());
+    else if (a == "--die-share") o.die_share = std::atof(next().c_str());
     else Die("unknown argument " + a + " (see the header of bench/hub_sim.cc)");
   }
+  if (!o.phase.empty() && o.phase != "economy") Die("--phase is economy (or absent)");
   if (o.nodes < 1 || o.requests < 0 || o.seconds <= 0 || o.clients < 1 || o.dials < 1) {
     Die("--nodes, --clients and --dials must be >= 1, --seconds > 0, --requests >= 0");
   }

@@ -68,7 +68,39 @@ struct SimNode {
   std::string hb_prefix, hb_suffix;  // a heartbeat with mem_free_bytes cut out
   std::string chip;                  // for the world page
   protocol::Location location;
+  // How it computes (the simulator's model, below): 0 ms per token answers at once.
+  double decode_ms_per_token = 0, prefill_ms = 0;
+  // --phase economy (hub_sim_economy.cc).
+  int machine_class = 0;                   // index into the economy's machine classes
+  std::optional<protocol::SlotOffer> slot;  // a reserved slot offered in register
+  enum class Cheat { kHonest, kRandom, kSmallerModel } cheat = Cheat::kHonest;
+  double die_at = 0, died_at = 0;           // when it drops its connection for good (0: never)
+  double first_work_at = 0, untrusted_at = 0;
+  int64_t work_attempts = 0;                // consumer-looking assigns (requests and canaries)
 };
+
+// ---- The simulator's "model" ----
+// A deterministic language model: the honest next token after a prefix (prompt and generated
+// tokens) is a hash of the model's key and the prefix; under it that token has log-probability
+// -0.1 and every other token -20.  Text tokenizes to one token per byte.  An honest node generates
+// and scores with its model's key; a cheater generates random tokens or those of "a smaller model"
+// (another key), and when asked to verify it scores every token -0.1 (it runs nothing).
+inline uint64_t ModelKey(std::string_view name) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : name) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+inline uint64_t ExtendPrefix(uint64_t h, int32_t token) {
+  h ^= static_cast<uint32_t>(token) + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+  return h * 0xff51afd7ed558ccdull;
+}
+inline int32_t HonestNext(uint64_t model_key, uint64_t prefix) {
+  uint64_t x = (prefix ^ model_key) * 0xc4ceb9fe1a85ec53ull;
+  x ^= x >> 33;
+  return 3 + static_cast<int32_t>(x % 31997);
+}
+inline constexpr double kHonestLogprob = -0.1, kOtherLogprob = -20;
+
 
 struct Options {
   int nodes = 10000;
@@ -83,6 +115,9 @@ struct Options {
   bool json = false;
   int world_runs = 7;       // timed GET /world.json, each on a fresh snapshot
   double world_hold = 0;    // then keep the fleet up this long (for a browser on /world)
+  // --phase economy (hub_sim_economy.cc): "" runs the phases above.
+  std::string phase;
+  double reserve_share = 0.3, cheat_share = 0.1, die_share = 0.05;
 };
 
 // The simulator.  The fleet's members (MakeCatalogue, MakeFleet, Enrol, DialMore, OnDialed,
@@ -107,6 +142,14 @@ class Sim {
   void OnDialed(size_t i, loom::StatusOr<std::shared_ptr<net::WebSocket>> ws);
   void OnFrame(size_t i, std::string_view text);
   void OnAssign(SimNode& n, const protocol::Assign& a);
+  void OnScore(SimNode& n, const protocol::Assign& a);
+  void PrepareHeartbeat(SimNode& n);
+  // --phase economy (hub_sim_economy.cc).
+  int Economy(const std::string& db);
+  void MakeEconomyFleet();
+  void EconomyRequest();
+  void EconomyPoll();
+  void EconomyReport(const std::string& db);
   void SendHeartbeat(SimNode& n);
   void Keepalive();
   void IngestRound();
@@ -143,6 +186,7 @@ class Sim {
   net::Url ws_url_;
   net::Url completions_url_;
   std::string base_url_;
+  std::vector<std::string> hub_args_;  // more flags for `loom hub`
 
   // Registration.
   size_t next_dial_ = 0;
@@ -168,6 +212,14 @@ class Sim {
   std::map<int, int> statuses_;
   std::string first_bad_response_;
   std::vector<double> latency_ms_;
+
+  // Economy.
+  double econ_end_ = 0, econ_start_ = 0;
+  int econ_sent_ = 0;
+  int64_t scoring_assigns_ = 0, probe_assigns_ = 0;
+  std::vector<double> econ_latency_ms_;
+  std::map<int, int> econ_statuses_;
+  std::optional<json> econ_status_;
 
   // Results.
   json r_ = json::object();

@@ -31,6 +31,27 @@ int64_t WireBytes(size_t payload) {
   return header + 4 + static_cast<int64_t>(payload);
 }
 
+// The prompt as the simulator's model tokenizes it: a string one token per byte (3 + byte), an
+// array of token ids as it is.
+std::vector<int32_t> PromptTokens(const json& request) {
+  std::vector<int32_t> ids;
+  auto it = request.find("prompt");
+  if (it == request.end()) return {1};
+  if (it->is_string()) {
+    for (unsigned char ch : it->get_ref<const std::string&>()) ids.push_back(3 + ch);
+  } else if (it->is_array()) {
+    for (const json& t : *it) ids.push_back(t.is_number_integer() ? t.get<int32_t>() : 0);
+  }
+  if (ids.empty()) ids.push_back(1);
+  return ids;
+}
+
+uint64_t PrefixOf(const std::vector<int32_t>& tokens) {
+  uint64_t h = 0x243f6a8885a308d3ull;
+  for (int32_t t : tokens) h = ExtendPrefix(h, t);
+  return h;
+}
+
 }  // namespace
 
 void Sim::MakeCatalogue() {
@@ -68,17 +89,7 @@ void Sim::MakeFleet() {
     n.cores = 4 + static_cast<int>(rng_() % 61);
     n.bench_prefill_ms = 2 + u(rng_) * 18;
     n.bench_decode_ms = 5 + u(rng_) * 45;
-    // The heartbeat text, once: only mem_free_bytes changes from round to round.
-    protocol::Heartbeat hb;
-    hb.mem_free_bytes = n.mem_free;
-    for (int m : n.models) hb.loaded.push_back(catalogue_[static_cast<size_t>(m)].name);
-    const std::string text = protocol::SerializeFrame(hb);
-    const std::string field = "\"mem_free_bytes\":";
-    const size_t at = text.find(field + std::to_string(n.mem_free));
-    if (at == std::string::npos) Die("unexpected heartbeat serialization: " + text);
-    n.hb_prefix = text.substr(0, at + field.size());
-    n.hb_suffix = text.substr(at + field.size() + std::to_string(n.mem_free).size());
-    round_bytes_ += WireBytes(text.size());
+    PrepareHeartbeat(n);
   }
   // The world page's facts, from a generator of their own so the fleet above stays as it was.
   struct City {
@@ -103,6 +114,20 @@ void Sim::MakeFleet() {
   if (!parsed.ok() || std::get<protocol::Heartbeat>(*parsed).mem_free_bytes != n.mem_free - 7) {
     Die("the spliced heartbeat does not parse back");
   }
+}
+
+// The heartbeat text, once: only mem_free_bytes changes from round to round.
+void Sim::PrepareHeartbeat(SimNode& n) {
+  protocol::Heartbeat hb;
+  hb.mem_free_bytes = n.mem_free;
+  for (int m : n.models) hb.loaded.push_back(catalogue_[static_cast<size_t>(m)].name);
+  const std::string text = protocol::SerializeFrame(hb);
+  const std::string field = "\"mem_free_bytes\":";
+  const size_t at = text.find(field + std::to_string(n.mem_free));
+  if (at == std::string::npos) Die("unexpected heartbeat serialization: " + text);
+  n.hb_prefix = text.substr(0, at + field.size());
+  n.hb_suffix = text.substr(at + field.size() + std::to_string(n.mem_free).size());
+  round_bytes_ += WireBytes(text.size());
 }
 
 void Sim::Enrol(const std::string& db) {
@@ -211,6 +236,7 @@ void Sim::OnFrame(size_t i, std::string_view text) {
       reg.models.push_back(std::move(info));
     }
     reg.max_concurrency = 4;
+    reg.slot = n.slot;
     n.state = SimNode::State::kRegister;
     Send(n, reg);
   } else if (auto* w = std::get_if<protocol::Welcome>(&*frame)) {
@@ -233,6 +259,7 @@ void Sim::OnFrame(size_t i, std::string_view text) {
 }
 
 void Sim::OnAssign(SimNode& n, const protocol::Assign& a) {
+  if (a.request.contains("score_token_ids")) return OnScore(n, a);
   int64_t max_tokens = 16;
   if (auto it = a.request.find("max_tokens");
       it != a.request.end() && it->is_number_integer()) {
@@ -241,12 +268,46 @@ void Sim::OnAssign(SimNode& n, const protocol::Assign& a) {
   const bool benchmark = a.attempt_id.rfind("bench-", 0) == 0;
   if (!benchmark) {
     assigns_ += 1;
-    Send(n, protocol::Accepted{.attempt_id = a.attempt_id, .prompt_token_ids = {1, 2, 3}});
+    const bool probe = a.attempt_id.rfind("probe-", 0) == 0;
+    probe_assigns_ += probe;
+    if (!probe) {
+      n.work_attempts += 1;
+      if (n.first_work_at == 0) n.first_work_at = NowSeconds();
+    }
+    const std::vector<int32_t> prompt = PromptTokens(a.request);
+    Send(n, protocol::Accepted{.attempt_id = a.attempt_id, .prompt_token_ids = prompt});
+    // Its tokens: the model's greedy ones, or a cheater's.
+    const uint64_t key = ModelKey(n.cheat == SimNode::Cheat::kSmallerModel
+                                      ? a.model + "#smaller"
+                                      : a.model);
+    uint64_t prefix = PrefixOf(prompt);
     protocol::Chunk c{.attempt_id = a.attempt_id, .index = 0, .text = "ok"};
-    for (int64_t t = 0; t < max_tokens; ++t) c.token_ids.push_back(static_cast<int32_t>(100 + t));
-    Send(n, c);
-    Send(n, protocol::Complete{.attempt_id = a.attempt_id, .finish_reason = "length",
-                               .prompt_tokens = 3, .completion_tokens = max_tokens});
+    for (int64_t t = 0; t < max_tokens; ++t) {
+      const int32_t token = n.cheat == SimNode::Cheat::kRandom
+                                ? 3 + static_cast<int32_t>(rng_() % 31997)
+                                : HonestNext(key, prefix);
+      c.token_ids.push_back(token);
+      prefix = ExtendPrefix(prefix, token);
+    }
+    protocol::Complete done{.attempt_id = a.attempt_id, .finish_reason = "length",
+                            .prompt_tokens = static_cast<int64_t>(prompt.size()),
+                            .completion_tokens = max_tokens};
+    if (n.decode_ms_per_token <= 0) {
+      Send(n, c);
+      Send(n, done);
+      return;
+    }
+    // At this node's speed: the whole answer after its prefill and decode time.
+    auto timer = std::make_shared<asio::steady_timer>(io_);
+    timer->expires_after(std::chrono::microseconds(static_cast<int64_t>(
+        (n.prefill_ms + n.decode_ms_per_token * static_cast<double>(max_tokens)) * 1e3)));
+    std::weak_ptr<net::WebSocket> weak = n.ws;
+    timer->async_wait([timer, weak, c = std::move(c), done](const boost::system::error_code&) {
+      auto ws = weak.lock();
+      if (!ws) return;
+      ws->Send(protocol::SerializeFrame(c));
+      ws->Send(protocol::SerializeFrame(done));
+    });
     return;
   }
   // The hub's speed benchmark: answer like a machine of this node's speed, so the hub measures
@@ -259,7 +320,9 @@ void Sim::OnAssign(SimNode& n, const protocol::Assign& a) {
   timer->expires_after(std::chrono::microseconds(static_cast<int64_t>(n.bench_prefill_ms * 1e3)));
   std::weak_ptr<net::WebSocket> weak = n.ws;
   const std::string id = a.attempt_id;
-  const double decode_ms = n.bench_decode_ms;
+  const double decode_ms = n.decode_ms_per_token > 0
+                               ? n.decode_ms_per_token * static_cast<double>(max_tokens - 1)
+                               : n.bench_decode_ms;
   timer->async_wait([this, timer, weak, id, max_tokens, decode_ms](const boost::system::error_code&) {
     auto ws = weak.lock();
     if (!ws) return;
@@ -278,6 +341,32 @@ void Sim::OnAssign(SimNode& n, const protocol::Assign& a) {
       bench_done_ += 1;
     });
   });
+}
+
+// A scoring assign (verification): teacher-force score_token_ids after the prompt and send, per
+// token, its log-probability and the most likely token's, under this node's model.
+void Sim::OnScore(SimNode& n, const protocol::Assign& a) {
+  scoring_assigns_ += 1;
+  const std::vector<int32_t> prompt = PromptTokens(a.request);
+  protocol::Chunk c{.attempt_id = a.attempt_id, .index = 0, .text = "ok"};
+  const uint64_t key = ModelKey(a.model);
+  uint64_t prefix = PrefixOf(prompt);
+  for (const json& t : a.request["score_token_ids"]) {
+    const int32_t token = t.is_number_integer() ? t.get<int32_t>() : 0;
+    c.token_ids.push_back(token);
+    const bool honest_token = HonestNext(key, prefix) == token;
+    // A cheater runs nothing and vouches for every token.
+    c.logprobs.push_back(n.cheat != SimNode::Cheat::kHonest || honest_token ? kHonestLogprob
+                                                                            : kOtherLogprob);
+    c.best_logprobs.push_back(kHonestLogprob);
+    prefix = ExtendPrefix(prefix, token);
+  }
+  const auto tokens = static_cast<int64_t>(c.token_ids.size());
+  Send(n, protocol::Accepted{.attempt_id = a.attempt_id, .prompt_token_ids = prompt});
+  Send(n, c);
+  Send(n, protocol::Complete{.attempt_id = a.attempt_id, .finish_reason = "length",
+                             .prompt_tokens = static_cast<int64_t>(prompt.size()),
+                             .completion_tokens = tokens});
 }
 
 void Sim::SendHeartbeat(SimNode& n) {

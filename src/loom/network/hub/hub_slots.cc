@@ -100,7 +100,7 @@ void Hub::Impl::OfferSlot(NodeConn& c) {
 bool Hub::Impl::SlotReserves(const std::string& node_id, const std::string& model,
                              int64_t unix_ms) const {
   auto it = slots_.find(node_id);
-  return it != slots_.end() && it->second.record.model == model &&
+  return it != slots_.end() && !Untrusted(node_id) && it->second.record.model == model &&
          it->second.record.state == store::SlotState::kActive &&
          InWindow(it->second.record, unix_ms);
 }
@@ -116,7 +116,8 @@ void Hub::Impl::ManageSlots(double now) {
   const int64_t period =
       static_cast<int64_t>(std::floor(static_cast<double>(now_ms) / 1000 / options_.slot_period_s));
   for (auto& [node_id, live] : slots_) {
-    if (live.record.state != store::SlotState::kActive) continue;
+    // An untrusted node's slot is neither probed nor paid (it gets no work at all).
+    if (live.record.state != store::SlotState::kActive || Untrusted(node_id)) continue;
     if (live.period != period) {
       if (live.period_probes > 0) PaySlotPeriod(live);
       live.period = period;
