@@ -146,6 +146,7 @@ class Sim {
   void PrepareHeartbeat(SimNode& n);
   // --phase economy (hub_sim_economy.cc).
   int Economy(const std::string& db);
+  void NameAndKey(SimNode& n, int i);  // "sim-%06d" and a fresh Ed25519 key
   void MakeEconomyFleet();
   void EconomyRequest();
   void EconomyPoll();

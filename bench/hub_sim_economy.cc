@@ -95,12 +95,7 @@ void Sim::MakeEconomyFleet() {
   nodes_.resize(static_cast<size_t>(o_.nodes));
   for (int i = 0; i < o_.nodes; ++i) {
     SimNode& n = nodes_[static_cast<size_t>(i)];
-    char id[32];
-    std::snprintf(id, sizeof(id), "sim-%06d", i);
-    n.id = id;
-    auto key = protocol::NodeKey::Generate();
-    if (!key.ok()) Die(key.status().ToString());
-    n.key.emplace(std::move(*key));
+    NameAndKey(n, i);
     const double r = u(rng_);
     n.machine_class = r < kClasses[0].share ? 0 : r < kClasses[0].share + kClasses[1].share ? 1 : 2;
     const MachineClass& c = kClasses[n.machine_class];

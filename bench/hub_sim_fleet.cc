@@ -66,6 +66,15 @@ void Sim::MakeCatalogue() {
   }
 }
 
+void Sim::NameAndKey(SimNode& n, int i) {
+  char id[32];
+  std::snprintf(id, sizeof(id), "sim-%06d", i);
+  n.id = id;
+  auto key = protocol::NodeKey::Generate();
+  if (!key.ok()) Die(key.status().ToString());
+  n.key.emplace(std::move(*key));
+}
+
 void Sim::MakeFleet() {
   std::uniform_real_distribution<double> u(0, 1);
   nodes_.resize(static_cast<size_t>(o_.nodes));
@@ -73,12 +82,7 @@ void Sim::MakeFleet() {
   for (int i = 0; i < kCatalogue; ++i) all[i] = i;
   for (int i = 0; i < o_.nodes; ++i) {
     SimNode& n = nodes_[static_cast<size_t>(i)];
-    char id[32];
-    std::snprintf(id, sizeof(id), "sim-%06d", i);
-    n.id = id;
-    auto key = protocol::NodeKey::Generate();
-    if (!key.ok()) Die(key.status().ToString());
-    n.key.emplace(std::move(*key));
+    NameAndKey(n, i);
     std::shuffle(all.begin(), all.end(), rng_);
     const int count = 1 + static_cast<int>(rng_() % 5);
     n.models.assign(all.begin(), all.begin() + count);

@@ -122,6 +122,8 @@ struct NodeStanding {
   double due = 0;                              // when the next report goes out
 };
 
+inline constexpr int64_t kDayMs = 86'400'000;  // a UTC day, as slot probes are counted
+
 // A reserved slot as the hub tracks it (hub_slots.cc).
 struct SlotLive {
   store::SlotRecord record;

@@ -24,7 +24,6 @@
 namespace loom::network::hub {
 namespace {
 
-constexpr int64_t kDayMs = 86'400'000;
 constexpr int64_t kWindowDays = 30;
 
 const char kProbePrompt[] = "Reply with one word: are you there?";

@@ -83,7 +83,7 @@ protocol::Standing Hub::Impl::StandingOf(NodeConn& c, NodeStanding& s, double no
   if (slot != slots_.end()) {
     int64_t probes = 0;
     const double availability =
-        slot->second.Availability(base::UnixMillis() / 86'400'000, &probes);
+        slot->second.Availability(base::UnixMillis() / kDayMs, &probes);
     char buf[256];
     std::snprintf(buf, sizeof buf, "%s for %s: availability %.1f%% over %lld probes (30 days)",
                   std::string(store::SlotStateName(slot->second.record.state)).c_str(),
