@@ -104,6 +104,13 @@ struct Job {
   // Credits: what admission reserved (0: a free model), and each ended attempt's work.
   int64_t reserved = 0;
   std::vector<ledger::Work> work;
+  // The store's writes, two commits a request (settlement's throughput is its commits): the job
+  // and its reservation wait for the first placement, to be written with the first attempt (or
+  // alone when the request queues or fails first); an attempt's end waits to be written with the
+  // job's end (or alone when another attempt follows).
+  std::optional<store::JobRecord> unwritten;
+  std::optional<store::LedgerTx> unwritten_reserve;
+  std::optional<store::Store::AttemptEnd> attempt_end;
   // Benchmarks, availability probes and canaries (consumer == null): the hub's own jobs, not
   // written to the store.
   bool benchmark = false;
@@ -258,6 +265,10 @@ class Hub::Impl {
   void CancelJob(const std::string& job_id);
   // Writes the running attempt's end to the store (its first token's time included).
   void RecordAttemptEnd(Job& job, store::AttemptState state, const std::string& error);
+  void WriteAttemptEnd(Job& job);  // job.attempt_end on its own, when the job goes on
+  // Writes job.unwritten (with `first` when given); false when the store refused it, after
+  // answering the consumer (402 or 500) and forgetting the job.
+  bool WriteJob(Job& job, const store::AttemptRecord* first);
   void SendCancel(const Job& job);  // to the node running it, if it is still connected
   void CheckJobs(double now);
   void DrainQueues();

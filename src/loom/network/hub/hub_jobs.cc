@@ -189,31 +189,16 @@ void Hub::Impl::OnCompletion(bool chat, const net::Request& request,
     reserve = ledger::ReserveTx(job->id, account_id, job->reserved, base::UnixMillis());
   }
 
-  // Written before anything is acknowledged: a hub that dies from here on still has the job.
+  // Written (hub_impl.h) before anything is acknowledged: a hub that dies from then on still
+  // has the job.
   store::JobRecord record;
   record.job_id = job->id;
   record.account_id = account_id;
   record.model = job->model;
   record.endpoint = chat ? "chat" : "completion";
   record.created_ms = base::UnixMillis();
-  Status created = store_->CreateJob(record, reserve ? &*reserve : nullptr);
-  if (created.code() == StatusCode::kResourceExhausted) {
-    StatusOr<int64_t> has = store_->Balance(ledger::ConsumerBook(account_id));
-    responder->Respond(
-        402, "application/json",
-        ErrorBody("this request may cost up to " + ledger::FormatCredits(job->reserved) +
-                      " credits (its prompt and max_tokens at the price of '" + job->model +
-                      "'); the account has " + ledger::FormatCredits(has.ok() ? *has : 0),
-                  "insufficient_quota", "insufficient_credits"));
-    return;
-  }
-  if (!created.ok()) {
-    std::fprintf(stderr, "hub: %s\n", created.ToString().c_str());
-    responder->Respond(500, "application/json",
-                       ErrorBody("the hub could not record the request", "server_error",
-                                 "hub_error"));
-    return;
-  }
+  job->unwritten = std::move(record);
+  job->unwritten_reserve = std::move(reserve);
   const std::string id = job->id;
   Job& ref = *job;
   jobs_[id] = std::move(job);
@@ -222,6 +207,36 @@ void Hub::Impl::OnCompletion(bool chat, const net::Request& request,
     if (life.lock()) CancelJob(id);
   });
   TryPlace(ref);
+}
+
+bool Hub::Impl::WriteJob(Job& job, const store::AttemptRecord* first) {
+  if (!job.unwritten) return true;
+  const Status created = store_->CreateJob(
+      *job.unwritten, job.unwritten_reserve ? &*job.unwritten_reserve : nullptr, first);
+  job.unwritten.reset();
+  job.unwritten_reserve.reset();
+  if (created.ok()) return true;
+  if (created.code() == StatusCode::kResourceExhausted) {
+    StatusOr<int64_t> has = store_->Balance(ledger::ConsumerBook(job.account_id));
+    job.consumer->Respond(
+        402, "application/json",
+        ErrorBody("this request may cost up to " + ledger::FormatCredits(job.reserved) +
+                      " credits (its prompt and max_tokens at the price of '" + job.model +
+                      "'); the account has " + ledger::FormatCredits(has.ok() ? *has : 0),
+                  "insufficient_quota", "insufficient_credits"));
+  } else {
+    std::fprintf(stderr, "hub: %s\n", created.ToString().c_str());
+    job.consumer->Respond(500, "application/json",
+                          ErrorBody("the hub could not record the request", "server_error",
+                                    "hub_error"));
+  }
+  if (job.queued) {
+    auto& q = queues_[job.model];
+    q.erase(std::remove(q.begin(), q.end(), job.id), q.end());
+  }
+  const std::string id = job.id;
+  jobs_.erase(id);  // `job` is gone from here on
+  return false;
 }
 
 void Hub::Impl::TryPlace(Job& job) {
@@ -262,6 +277,7 @@ void Hub::Impl::TryPlace(Job& job) {
     }
     if (NodeConn* node = ReadyNode(d.target_id)) return StartAttempt(job, *node, d);
   }
+  if (!WriteJob(job, nullptr)) return;  // it waits or fails: written on its own
   const bool in_grace = base::NowSeconds() - started_at_ < options_.grace_s;
   // Idle models may be filling the memory this request needs: unloading them is worth the wait.
   const bool room = job.recorded() && MakeRoom(job, pr.prompt_tokens + pr.max_tokens, base::NowSeconds());
@@ -348,7 +364,11 @@ void Hub::Impl::StartAttempt(Job& job, NodeConn& node, const placement::Decision
     rec.node_id = node.node_id;
     rec.number = job.attempts;
     rec.started_ms = base::UnixMillis();
-    LogError(store_->AddAttempt(rec));
+    if (job.unwritten) {
+      if (!WriteJob(job, &rec)) return;
+    } else {
+      LogError(store_->AddAttempt(rec));
+    }
   }
   node.attempts.insert(job.attempt_id);
   attempt_job_[job.attempt_id] = job.id;
@@ -484,6 +504,7 @@ void Hub::Impl::FailAttempt(Job& job, const std::string& message) {
   if (job.max_tokens && static_cast<int64_t>(job.generated.size()) >= *job.max_tokens) {
     return EndJob(job, store::JobState::kCompleted, "length", "", 200, "");
   }
+  WriteAttemptEnd(job);
   TryPlace(job);
 }
 
@@ -543,9 +564,11 @@ void Hub::Impl::EndJob(Job& job, store::JobState state, const std::string& finis
                               options_.pricing.operator_share_bp, base::UnixMillis());
   }
   if (job.recorded()) {
-    const Status finished = store_->FinishJob(job.id, state, base::UnixMillis(), prompt_tokens,
-                                              static_cast<int64_t>(job.generated.size()),
-                                              finish_reason, error, settle ? &*settle : nullptr);
+    const Status finished = store_->FinishJob(
+        job.id, state, base::UnixMillis(), prompt_tokens,
+        static_cast<int64_t>(job.generated.size()), finish_reason, error,
+        settle ? &*settle : nullptr, job.attempt_end ? &*job.attempt_end : nullptr);
+    job.attempt_end.reset();
     LogError(finished);
     if (finished.ok() && settle) NoteSettlement(job, *settle);
     if (state == store::JobState::kCompleted) {
@@ -597,8 +620,20 @@ void Hub::Impl::RecordAttemptEnd(Job& job, store::AttemptState state,
           ? now_ms - static_cast<int64_t>((base::NowSeconds() - job.first_token_at) * 1000)
           : 0;
   if (!job.recorded()) return;
-  LogError(store_->FinishAttempt(job.attempt_id, state, first_ms, now_ms, job.attempt_tokens,
-                                 error));
+  job.attempt_end = store::Store::AttemptEnd{.attempt_id = job.attempt_id,
+                                             .state = state,
+                                             .first_token_ms = first_ms,
+                                             .finished_ms = now_ms,
+                                             .tokens = job.attempt_tokens,
+                                             .error = error};
+}
+
+void Hub::Impl::WriteAttemptEnd(Job& job) {
+  if (!job.attempt_end) return;
+  const store::Store::AttemptEnd& e = *job.attempt_end;
+  LogError(store_->FinishAttempt(e.attempt_id, e.state, e.first_token_ms, e.finished_ms, e.tokens,
+                                 e.error));
+  job.attempt_end.reset();
 }
 
 void Hub::Impl::SendCancel(const Job& job) {

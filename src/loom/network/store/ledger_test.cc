@@ -158,6 +158,63 @@ TEST_P(LedgerTest, SettlementPaysTheAttemptAndRefundsTheRestOnce) {
   EXPECT_TRUE(Problems(*store_).empty());
 }
 
+// The hub's two commits a request: the job, its reservation and first attempt; then the
+// attempt's end, the job's end and the settlement.  Each is all or nothing.
+TEST_P(LedgerTest, AJobStartsAndEndsWithItsAttemptInOneTransactionEach) {
+  LOOM_ASSERT_OK(store_->Post(Grant("g", 1, 1000)));
+  const AttemptRecord first = Attempt("job-1-1", "job-1", 1);
+  const LedgerTx too_much = Reserve("job-1", 1, 5000);
+  EXPECT_EQ(store_->CreateJob(Job("job-1", 10), &too_much, &first).code(),
+            StatusCode::kResourceExhausted);
+  EXPECT_FALSE(store_->FindJob("job-1")->has_value());
+  EXPECT_TRUE(store_->AttemptsOf("job-1")->empty());
+  const AttemptRecord foreign = Attempt("job-9-1", "job-9", 1);
+  const LedgerTx reserve = Reserve("job-1", 1, 600);
+  EXPECT_EQ(store_->CreateJob(Job("job-1", 10), &reserve, &foreign).code(),
+            StatusCode::kInvalidArgument);
+  LOOM_ASSERT_OK(store_->CreateJob(Job("job-1", 10), &reserve, &first));
+  LOOM_ASSERT_OK_AND_ASSIGN(std::vector<AttemptRecord> running, store_->AttemptsOf("job-1"));
+  ASSERT_EQ(running.size(), 1u);
+  EXPECT_EQ(running[0].state, AttemptState::kRunning);
+  EXPECT_EQ(*store_->Balance("held:1"), 600);
+
+  const Store::AttemptEnd end{.attempt_id = "job-1-1", .state = AttemptState::kCompleted,
+                              .first_token_ms = 12, .finished_ms = 20, .tokens = 20};
+  // A settlement that is not this job's refuses the whole end: the attempt stays running.
+  const LedgerTx wrong = Settle("job-2", 1, 600, 250, "job-1-1", "node-a");
+  EXPECT_EQ(store_->FinishJob("job-1", JobState::kCompleted, 20, 5, 20, "stop", "", &wrong, &end)
+                .code(),
+            StatusCode::kInvalidArgument);
+  const LedgerTx overdrawn = Settle("job-1", 1, 900, 250, "job-1-1", "node-a");
+  EXPECT_FALSE(
+      store_->FinishJob("job-1", JobState::kCompleted, 20, 5, 20, "stop", "", &overdrawn, &end)
+          .ok());
+  EXPECT_EQ((*store_->AttemptsOf("job-1"))[0].state, AttemptState::kRunning);
+  EXPECT_EQ((*store_->FindJob("job-1"))->state, JobState::kRunning);
+
+  const LedgerTx settle = Settle("job-1", 1, 600, 250, "job-1-1", "node-a");
+  LOOM_ASSERT_OK(
+      store_->FinishJob("job-1", JobState::kCompleted, 20, 5, 20, "stop", "", &settle, &end));
+  LOOM_ASSERT_OK_AND_ASSIGN(std::vector<AttemptRecord> done, store_->AttemptsOf("job-1"));
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].state, AttemptState::kCompleted);
+  EXPECT_EQ(done[0].tokens, 20);
+  EXPECT_EQ(done[0].first_token_ms, 12);
+  EXPECT_EQ((*store_->FindJob("job-1"))->state, JobState::kCompleted);
+  EXPECT_EQ(*store_->Balance("pending:node-a"), 225);
+  EXPECT_EQ(*store_->Balance("held:1"), 0);
+  // Without a settlement (a free model) the attempt's end still rides with the job's.
+  const AttemptRecord free_first = Attempt("job-3-1", "job-3", 1);
+  LOOM_ASSERT_OK(store_->CreateJob(Job("job-3", 30), nullptr, &free_first));
+  const Store::AttemptEnd free_end{.attempt_id = "job-3-1", .state = AttemptState::kFailed,
+                                   .finished_ms = 31, .error = "node lost"};
+  LOOM_ASSERT_OK(
+      store_->FinishJob("job-3", JobState::kFailed, 31, 0, 0, "", "x", nullptr, &free_end));
+  EXPECT_EQ((*store_->AttemptsOf("job-3"))[0].state, AttemptState::kFailed);
+  EXPECT_EQ((*store_->AttemptsOf("job-3"))[0].error, "node lost");
+  EXPECT_TRUE(Problems(*store_).empty());
+}
+
 TEST_P(LedgerTest, ARestartGivesTheHoldsOfUnfinishedJobsBack) {
   LOOM_ASSERT_OK(store_->Post(Grant("g", 1, 1000)));
   const LedgerTx r1 = Reserve("job-1", 1, 300), r2 = Reserve("job-2", 1, 200);

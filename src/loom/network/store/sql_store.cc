@@ -399,17 +399,24 @@ StatusOr<std::vector<Store::ModelCount>> SqlStore::RequestsSince(int64_t since_m
 
 // ---- jobs and attempts ----
 
-Status SqlStore::CreateJob(const JobRecord& job, const LedgerTx* reserve) {
-  if (reserve == nullptr) return InsertJob(job);
-  const std::string op = StrCat("create job ", Quoted(job.job_id), " with its reservation");
-  if (reserve->kind != "reserve" || reserve->ref != job.job_id) {
+Status SqlStore::CreateJob(const JobRecord& job, const LedgerTx* reserve,
+                           const AttemptRecord* first) {
+  if (reserve == nullptr && first == nullptr) return InsertJob(job);
+  const std::string op = StrCat("create job ", Quoted(job.job_id), " with its ",
+                                reserve ? "reservation" : "", reserve && first ? " and " : "",
+                                first ? "first attempt" : "");
+  if (reserve != nullptr && (reserve->kind != "reserve" || reserve->ref != job.job_id)) {
     return InvalidArgumentError("store: ", op, ": the transaction is not this job's reservation");
+  }
+  if (first != nullptr && first->job_id != job.job_id) {
+    return InvalidArgumentError("store: ", op, ": the attempt is of job ", Quoted(first->job_id));
   }
   Transaction tx(*conn_);
   Status begun = tx.Begin();
   if (!begun.ok()) return begun.WithContext(StrCat("store: ", op));
   LOOM_RETURN_IF_ERROR(InsertJob(job));
-  LOOM_RETURN_IF_ERROR(PostIn(*reserve).status());
+  if (reserve != nullptr) LOOM_RETURN_IF_ERROR(PostIn(*reserve).status());
+  if (first != nullptr) LOOM_RETURN_IF_ERROR(AddAttempt(*first));
   return tx.Commit().WithContext(StrCat("store: ", op));
 }
 
@@ -433,21 +440,27 @@ Status SqlStore::InsertJob(const JobRecord& job) {
 Status SqlStore::FinishJob(std::string_view job_id, JobState state, int64_t finished_ms,
                            int64_t prompt_tokens, int64_t completion_tokens,
                            std::string_view finish_reason, std::string_view error,
-                           const LedgerTx* settle) {
-  if (settle == nullptr) {
+                           const LedgerTx* settle, const AttemptEnd* last) {
+  if (settle == nullptr && last == nullptr) {
     return UpdateJobEnd(job_id, state, finished_ms, prompt_tokens, completion_tokens,
                         finish_reason, error);
   }
-  const std::string op = StrCat("finish job ", Quoted(job_id), " with its settlement");
-  if (settle->kind != "settle" || settle->ref != job_id) {
+  const std::string op = StrCat("finish job ", Quoted(job_id), " with ",
+                                last ? "its last attempt" : "", settle && last ? " and " : "",
+                                settle ? "its settlement" : "");
+  if (settle != nullptr && (settle->kind != "settle" || settle->ref != job_id)) {
     return InvalidArgumentError("store: ", op, ": the transaction is not this job's settlement");
   }
   Transaction tx(*conn_);
   Status begun = tx.Begin();
   if (!begun.ok()) return begun.WithContext(StrCat("store: ", op));
+  if (last != nullptr) {
+    LOOM_RETURN_IF_ERROR(FinishAttempt(last->attempt_id, last->state, last->first_token_ms,
+                                       last->finished_ms, last->tokens, last->error));
+  }
   LOOM_RETURN_IF_ERROR(UpdateJobEnd(job_id, state, finished_ms, prompt_tokens, completion_tokens,
                                     finish_reason, error));
-  LOOM_RETURN_IF_ERROR(PostIn(*settle).status());
+  if (settle != nullptr) LOOM_RETURN_IF_ERROR(PostIn(*settle).status());
   return tx.Commit().WithContext(StrCat("store: ", op));
 }
 

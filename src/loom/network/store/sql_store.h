@@ -38,10 +38,12 @@ class SqlStore final : public Store {
   StatusOr<std::vector<NodeActivity>> NodeActivitySince(int64_t since_ms, int64_t now_ms) override;
   StatusOr<int64_t> TokensSince(int64_t since_ms) override;
   StatusOr<std::vector<ModelCount>> RequestsSince(int64_t since_ms) override;
-  Status CreateJob(const JobRecord& job, const LedgerTx* reserve) override;
+  Status CreateJob(const JobRecord& job, const LedgerTx* reserve,
+                   const AttemptRecord* first) override;
   Status FinishJob(std::string_view job_id, JobState state, int64_t finished_ms,
                    int64_t prompt_tokens, int64_t completion_tokens, std::string_view finish_reason,
-                   std::string_view error, const LedgerTx* settle) override;
+                   std::string_view error, const LedgerTx* settle,
+                   const AttemptEnd* last) override;
   Status AddAttempt(const AttemptRecord& attempt) override;
   Status FinishAttempt(std::string_view attempt_id, AttemptState state, int64_t first_token_ms,
                        int64_t finished_ms, int64_t tokens, std::string_view error) override;

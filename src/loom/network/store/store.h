@@ -222,15 +222,24 @@ class Store {  // not thread-safe: the hub calls it from its one loop thread
   // Jobs and attempts.  A job or attempt is finished once: finishing an unknown one is
   // kNotFound, finishing one that is no longer running kFailedPrecondition, and finishing to a
   // running state kInvalidArgument.  (job_id, number) is unique among attempts.
-  // With `reserve` (a "reserve" transaction for this job) the job and its reservation are
-  // written together or not at all; a book it would take below zero: kResourceExhausted.
-  // Duplicate id: kFailedPrecondition.
-  virtual Status CreateJob(const JobRecord& job, const LedgerTx* reserve = nullptr) = 0;
-  // With `settle`, the job's end and its settlement are written together or not at all.
+  // With `reserve` (a "reserve" transaction for this job) and/or `first` (its first attempt,
+  // placed at once) they are written with the job in one transaction, or nothing is; a book the
+  // reservation would take below zero: kResourceExhausted.  Duplicate id: kFailedPrecondition.
+  // (One commit per request start and end: commits are what settlement throughput costs.)
+  virtual Status CreateJob(const JobRecord& job, const LedgerTx* reserve = nullptr,
+                           const AttemptRecord* first = nullptr) = 0;
+  // With `settle` and/or `last` (the end of its running attempt, as FinishAttempt takes it),
+  // the job's end is written with them in one transaction, or nothing is.
+  struct AttemptEnd {
+    std::string attempt_id;
+    AttemptState state = AttemptState::kCompleted;
+    int64_t first_token_ms = 0, finished_ms = 0, tokens = 0;
+    std::string error;
+  };
   virtual Status FinishJob(std::string_view job_id, JobState state, int64_t finished_ms,
                            int64_t prompt_tokens, int64_t completion_tokens,
                            std::string_view finish_reason, std::string_view error,
-                           const LedgerTx* settle = nullptr) = 0;
+                           const LedgerTx* settle = nullptr, const AttemptEnd* last = nullptr) = 0;
   // Unknown job: kNotFound (foreign key); duplicate attempt id or number: kFailedPrecondition.
   virtual Status AddAttempt(const AttemptRecord& attempt) = 0;
   virtual Status FinishAttempt(std::string_view attempt_id, AttemptState state,
