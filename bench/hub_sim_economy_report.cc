@@ -46,7 +46,13 @@ void Sim::EconomyReport(const std::string& db) {
     int64_t attempts_uncaught_max = 0;  // the most work any uncaught cheater got
     std::vector<double> catch_s;
     int64_t pending = 0, available = 0;
+    // By the work they got (consumer-looking attempts: 1-4, 5-9, 10-19, 20-49, 50+): cheaters,
+    // caught.
+    int by_work[5] = {}, caught_by_work[5] = {};
   } ch;
+  auto work_bucket = [](int64_t attempts) {
+    return attempts < 5 ? 0 : attempts < 10 ? 1 : attempts < 20 ? 2 : attempts < 50 ? 3 : 4;
+  };
   int honest_failed = 0, honest_untrusted = 0;
   int64_t scorings = 0, cheater_scorings = 0;
   int slots_active = 0, slots_lost = 0, slots_lost_died = 0;
@@ -73,7 +79,11 @@ void Sim::EconomyReport(const std::string& db) {
       ch.available += available.ok() ? *available : 0;
       ch.passed += passed;
       ch.failed += failed;
-      if (n.work_attempts > 0) ch.with_work += 1;
+      if (n.work_attempts > 0) {
+        ch.with_work += 1;
+        ch.by_work[work_bucket(n.work_attempts)] += 1;
+        ch.caught_by_work[work_bucket(n.work_attempts)] += rep.untrusted;
+      }
       if (passed + failed > 0) ch.checked += 1;
       if (failed > 0) ch.failed_once += 1;
       if (failed == 0 && passed > 0) ch.only_passed += 1;
@@ -110,6 +120,13 @@ void Sim::EconomyReport(const std::string& db) {
   e["cheaters_checks_passed"] = ch.passed;
   e["cheaters_checks_failed"] = ch.failed;
   e["cheaters_uncaught_attempts_max"] = ch.attempts_uncaught_max;
+  e["cheaters_by_work"] = json::array();
+  for (int b = 0; b < 5; ++b) {
+    e["cheaters_by_work"].push_back(
+        json{{"attempts", std::vector<const char*>{"1-4", "5-9", "10-19", "20-49", "50+"}[b]},
+             {"cheaters", ch.by_work[b]},
+             {"caught", ch.caught_by_work[b]}});
+  }
   e["catch_s_p50"] = Median(ch.catch_s);
   e["catch_s_max"] = ch.catch_s.empty() ? 0 : *std::max_element(ch.catch_s.begin(), ch.catch_s.end());
   e["cheaters_pending_micro"] = ch.pending;
@@ -184,6 +201,13 @@ void Sim::PrintEconomy(const json& table) {
               i64("cheaters_checked_only_passed"));
   std::printf("| most attempts an uncaught cheater got | %lld |\n",
               i64("cheaters_uncaught_attempts_max"));
+  std::string by_work;
+  for (const json& b : e["cheaters_by_work"]) {
+    by_work += (by_work.empty() ? "" : ", ") + b["attempts"].get<std::string>() + ": " +
+               std::to_string(b["caught"].get<int>()) + " / " +
+               std::to_string(b["cheaters"].get<int>());
+  }
+  std::printf("| cheaters caught / given work, by attempts they got | %s |\n", by_work.c_str());
   std::printf("| time from a cheater's first attempt to untrusted p50 / max | %.1f / %.1f s |\n",
               dbl("catch_s_p50"), dbl("catch_s_max"));
   std::printf("| checks scored by cheaters / all scored | %lld / %lld |\n",
