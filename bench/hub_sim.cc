@@ -27,14 +27,15 @@
 //                [--dials D] [--seed S] [--perf PREFIX] [--keep] [--json]
 //                [--world-runs R] [--world-hold S]
 //        hub_sim --phase economy [--nodes N] [--seconds S] [--clients C] [--reserve-share F]
-//                [--cheat-share F] [--die-share F] [--seed S] [--keep] [--json]
+//                [--cheat-share F] [--die-share F] [--established] [--seed S] [--keep] [--json]
 // (--phase economy: credits, reserved slots and verification with honest, cheating and dying
 // nodes of three Apple machine classes; see the header of bench/hub_sim_economy.cc.)
 // (--perf: `perf record -g` of the hub during the idle, ingest and placement phases, into
 // PREFIX-idle.data, PREFIX-ingest.data and PREFIX-placement.data.)
 // The code: this file has main(), the flags, the hub, the phases and the summary;
 // hub_sim_fleet.cc the simulated nodes; hub_sim_proc.cc child processes, /proc and sock_diag;
-// hub_sim.h (and hub_sim_proc.h) the declarations they share; hub_sim_economy.cc --phase economy.
+// hub_sim.h (and hub_sim_proc.h) the declarations they share; hub_sim_economy.cc --phase economy
+// (hub_sim_economy_report.cc its outcome and summary).
 // Every node answers with the simulator's deterministic model (hub_sim.h): its tokens, and the
 // hub's scoring assigns (verification) with per-token logprobs.
 #include "hub_sim.h"
@@ -641,6 +642,7 @@ int main(int argc, char** argv) {
     else if (a == "--reserve-share") o.reserve_share = std::atof(next().c_str());
     else if (a == "--cheat-share") o.cheat_share = std::atof(next().c_str());
     else if (a == "--die-share") o.die_share = std::atof(next().c_str());
+    else if (a == "--established") o.established = true;
     else Die("unknown argument " + a + " (see the header of bench/hub_sim.cc)");
   }
   if (!o.phase.empty() && o.phase != "economy") Die("--phase is economy (or absent)");

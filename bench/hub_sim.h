@@ -75,8 +75,9 @@ struct SimNode {
   std::optional<protocol::SlotOffer> slot;  // a reserved slot offered in register
   enum class Cheat { kHonest, kRandom, kSmallerModel } cheat = Cheat::kHonest;
   double die_at = 0, died_at = 0;           // when it drops its connection for good (0: never)
-  double first_work_at = 0, untrusted_at = 0;
+  int64_t first_work_ms = 0;                // Unix ms of its first consumer-looking assign
   int64_t work_attempts = 0;                // consumer-looking assigns (requests and canaries)
+  int64_t scorings = 0;                     // scoring assigns it answered (it was the verifier)
 };
 
 // ---- The simulator's "model" ----
@@ -118,6 +119,9 @@ struct Options {
   // --phase economy (hub_sim_economy.cc): "" runs the phases above.
   std::string phase;
   double reserve_share = 0.3, cheat_share = 0.1, die_share = 0.05;
+  // --established: every node (cheaters too) starts with a record of passed checks, written
+  // into the store before the hub starts, as in a network that has run for a while.
+  bool established = false;
 };
 
 // The simulator.  The fleet's members (MakeCatalogue, MakeFleet, Enrol, DialMore, OnDialed,
@@ -148,9 +152,12 @@ class Sim {
   int Economy(const std::string& db);
   void NameAndKey(SimNode& n, int i);  // "sim-%06d" and a fresh Ed25519 key
   void MakeEconomyFleet();
+  void SeedReputations(const std::string& db);
   void EconomyRequest();
-  void EconomyPoll();
+  void EconomyTick();
+  void EconomyDrain();
   void EconomyReport(const std::string& db);
+  void PrintEconomy(const json& table);
   void SendHeartbeat(SimNode& n);
   void Keepalive();
   void IngestRound();
@@ -221,6 +228,7 @@ class Sim {
   std::vector<double> econ_latency_ms_;
   std::map<int, int> econ_statuses_;
   std::optional<json> econ_status_;
+  double last_scoring_at_ = 0;
 
   // Results.
   json r_ = json::object();

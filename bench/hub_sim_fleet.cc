@@ -276,7 +276,7 @@ void Sim::OnAssign(SimNode& n, const protocol::Assign& a) {
     probe_assigns_ += probe;
     if (!probe) {
       n.work_attempts += 1;
-      if (n.first_work_at == 0) n.first_work_at = NowSeconds();
+      if (n.first_work_ms == 0) n.first_work_ms = loom::base::UnixMillis();
     }
     const std::vector<int32_t> prompt = PromptTokens(a.request);
     Send(n, protocol::Accepted{.attempt_id = a.attempt_id, .prompt_token_ids = prompt});
@@ -351,6 +351,8 @@ void Sim::OnAssign(SimNode& n, const protocol::Assign& a) {
 // token, its log-probability and the most likely token's, under this node's model.
 void Sim::OnScore(SimNode& n, const protocol::Assign& a) {
   scoring_assigns_ += 1;
+  n.scorings += 1;
+  last_scoring_at_ = NowSeconds();
   const std::vector<int32_t> prompt = PromptTokens(a.request);
   protocol::Chunk c{.attempt_id = a.attempt_id, .index = 0, .text = "ok"};
   const uint64_t key = ModelKey(a.model);
