@@ -84,10 +84,12 @@ export async function makeKey(db, account = "alice") {
 }
 
 // Enrols a node directory with the hub and starts `loom node` on it; resolves once the hub lists it.
-export async function startNode(hub, name, models, { args = [], dir, enrollArgs = [] } = {}) {
+// `tokenArgs`: for its enrolment token (`--account NAME`: the operator account that owns it).
+export async function startNode(hub, name, models,
+                                { args = [], dir, enrollArgs = [], tokenArgs = [] } = {}) {
   dir = dir ?? fs.mkdtempSync(path.join(tmpDir(), `node-${name}-`));
   if (!fs.existsSync(path.join(dir, "node.json"))) {
-    const token = (await loom(["hub", "token", "create", "--db", hub.db])).trim();
+    const token = (await loom(["hub", "token", "create", "--db", hub.db, ...tokenArgs])).trim();
     await loom(["node", "enroll", "--hub", hub.url, "--token", token, "--name", name, "--dir", dir,
                 ...enrollArgs]);
   }
@@ -140,10 +142,10 @@ export async function decisions(hub) {
 }
 
 // A node identity made here (Ed25519 with Node's crypto) and enrolled through the hub's API.
-export async function handMadeNode(hub) {
+export async function handMadeNode(hub, { tokenArgs = [] } = {}) {
   const { publicKey, privateKey } = crypto.generateKeyPairSync("ed25519");
   const raw = Buffer.from(publicKey.export({ format: "jwk" }).x, "base64url");
-  const token = (await loom(["hub", "token", "create", "--db", hub.db])).trim();
+  const token = (await loom(["hub", "token", "create", "--db", hub.db, ...tokenArgs])).trim();
   const res = await fetch(hub.url + "v1/nodes/enroll", {
     method: "POST", headers: { "Content-Type": "application/json" },
     body: JSON.stringify({ token, public_key: raw.toString("base64"), name: "by-hand" }),

@@ -250,6 +250,7 @@ void AddHubCommand(CLI::App& app, Action* action) {
   });
 
   AddHubLedgerCommands(*h, *account, action);
+  AddHubNodeCommands(*h, action);
 
   CLI::App* key = h->add_subcommand("key", "API keys of accounts")->require_subcommand(1);
   CLI::App* key_create = key->add_subcommand("create", "Create an API key (printed once)");
@@ -289,19 +290,30 @@ void AddHubCommand(CLI::App& app, Action* action) {
   });
 
   auto ttl = std::make_shared<double>(24);
+  auto owner = std::make_shared<std::string>();
   CLI::App* token = h->add_subcommand("token", "Enrolment tokens for nodes")->require_subcommand(1);
   CLI::App* token_create = token->add_subcommand("create", "A single-use enrolment token");
   token_create->add_option("--ttl-hours", *ttl, "hours it stays valid")->capture_default_str();
+  token_create->add_option("--account", *owner,
+                           "the operator account that owns the node it enrols (its earnings "
+                           "and standing on the hub's /account page); none: an unowned node");
   AddDbFlag(token_create, db.get());
-  token_create->callback([db, ttl, action] {
-    *action = [db, ttl] {
+  token_create->callback([db, ttl, owner, action] {
+    *action = [db, ttl, owner] {
       auto s = Open(*db);
       if (!s.ok()) return Fail(s.status());
+      int64_t account_id = 0;
+      if (!owner->empty()) {
+        auto a = (*s)->FindAccount(*owner);
+        if (!a.ok()) return Fail(a.status());
+        account_id = a->id;
+      }
       auto random = cluster::RandomHex(16);
       if (!random.ok()) return Fail(random.status());
       const std::string t = "enroll-" + *random;
       Status r = (*s)->AddEnrollToken(network::protocol::Sha256Hex(t),
-                                      base::UnixMillis() + static_cast<int64_t>(*ttl * 3.6e6), base::UnixMillis());
+                                      base::UnixMillis() + static_cast<int64_t>(*ttl * 3.6e6),
+                                      base::UnixMillis(), account_id);
       if (!r.ok()) return Fail(r);
       std::printf("%s\n", t.c_str());
       return 0;

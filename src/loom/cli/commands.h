@@ -28,6 +28,7 @@ void AddPullCommand(CLI::App& app, Action* action);       // cmd_pull.cc: downlo
 void AddHubCommand(CLI::App& app, Action* action);        // cmd_hub.cc: the network's coordinator
 // cmd_hub_ledger.cc: `loom hub account credit|show`, `loom hub ledger check`.
 void AddHubLedgerCommands(CLI::App& hub, CLI::App& account, Action* action);
+void AddHubNodeCommands(CLI::App& hub, Action* action);  // cmd_hub_nodes.cc: nodes' accounts
 void AddNodeCommand(CLI::App& app, Action* action);       // cmd_node.cc: lend this machine
 
 }  // namespace loom::cli

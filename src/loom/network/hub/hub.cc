@@ -223,6 +223,9 @@ void Hub::Impl::OnHttp(net::Request request, std::shared_ptr<net::Responder> res
     return RespondError(*responder, 404, "unknown admin route " + path, "invalid_request_error",
                         "unknown_url");
   }
+  if (path == "/v1/account" || path == "/account" || path.starts_with("/account/")) {
+    return OnAccount(request, responder);  // the page is public, its JSON needs a key
+  }
   if (path == "/world" || path == "/world.json" || path.rfind("/world/", 0) == 0) {
     return OnWorld(request, responder);  // public: no key (hub_world.cc)
   }

@@ -129,6 +129,25 @@ struct NodeStanding {
   double due = 0;                              // when the next report goes out
 };
 
+// What the hub can tell a node's operator now (hub_standing.cc, ViewOf): the standing frame and
+// the account page (hub_account.cc) are both made from it.
+struct OperatorView {
+  int64_t pending_micro = 0, available_micro = 0;  // its pending and available books
+  struct Slot {
+    int64_t slot_id = 0;
+    std::string model;
+    std::string state;  // store::SlotStateName
+    int32_t begin_minute = 0, end_minute = 1440;
+    double availability = 1;  // answered / sent over 30 days
+    int64_t probes = 0;       // ...sent
+    std::string lost_reason;
+  };
+  std::optional<Slot> slot;  // its reserved slot, if it offered one
+  // Why it got no work since its last standing report (none when it got some), at most
+  // protocol::kMaxReasons.
+  std::vector<std::string> idle_reasons;
+};
+
 inline constexpr int64_t kDayMs = 86'400'000;  // a UTC day, as slot probes are counted
 
 // A reserved slot as the hub tracks it (hub_slots.cc).
@@ -328,6 +347,12 @@ class Hub::Impl {
   void NoteEarning(const std::string& node_id, protocol::Earning e);
   void SendStandings(double now);
   protocol::Standing StandingOf(NodeConn& c, NodeStanding& s, double now);
+  // `c`: the node's connection, null when it is not connected.
+  OperatorView ViewOf(const std::string& node_id, const NodeConn* c, double now);
+
+  // hub_account.cc: the operator account page (GET /account) and its JSON (GET /v1/account).
+  void OnAccount(const net::Request& request, const std::shared_ptr<net::Responder>& responder);
+  json AccountJson(const store::Account& account, int64_t earnings_limit, double now);
 
   // hub_slots.cc: reserved slots, their probes and availability credit.
   void LoadSlots();
@@ -391,6 +416,10 @@ class Hub::Impl {
   int64_t checks_passed_ = 0, checks_failed_ = 0, checks_dropped_ = 0, canaries_sent_ = 0;
   WorldCache world_;
 };
+
+// Headers of the hub's own web pages (hub_world.cc): no caching, no sniffing, nothing loaded from
+// elsewhere, never framed.
+net::Headers WebPageHeaders();
 
 // Store writes the hub cannot undo are logged and the work goes on (the consumer is served).
 void LogError(const Status& s);

@@ -340,14 +340,18 @@ void Hub::Impl::Enroll(const net::Request& request,
     if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) ch = '?';
   }
   const std::string node_id = "node-" + protocol::Sha256Hex(*raw).substr(0, 16);
-  StatusOr<bool> used = store_->UseEnrollToken(
-      protocol::Sha256Hex(body["token"].get_ref<const std::string&>()), node_id, base::UnixMillis());
+  const std::string token_hash = protocol::Sha256Hex(body["token"].get_ref<const std::string&>());
+  StatusOr<bool> used = store_->UseEnrollToken(token_hash, node_id, base::UnixMillis());
   if (!used.ok()) return bad(500, used.status().message(), "hub_error");
   if (!*used) {
     return bad(401, "the enrolment token is unknown, used or expired (make one with `loom hub "
                     "token create`)", "invalid_token");
   }
+  // The operator account the token was made for (`token create --account`) owns the node.
+  StatusOr<int64_t> owner = store_->EnrollTokenAccount(token_hash);
+  if (!owner.ok()) return bad(500, owner.status().message(), "hub_error");
   store::NodeRecord node;
+  node.account_id = *owner;
   node.node_id = node_id;
   node.name = name;
   node.public_key = key;
@@ -357,7 +361,10 @@ void Hub::Impl::Enroll(const net::Request& request,
     return bad(added.code() == StatusCode::kFailedPrecondition ? 409 : 500, added.message(),
                "node_exists");
   }
-  std::fprintf(stderr, "hub: enrolled node %s (%s)\n", node_id.c_str(), name.c_str());
+  std::fprintf(stderr, "hub: enrolled node %s (%s)%s\n", node_id.c_str(), name.c_str(),
+               node.account_id != 0
+                   ? (" for account " + std::to_string(node.account_id)).c_str()
+                   : "");
   responder->Respond(200, "application/json",
                      json{{"node_id", node_id}, {"hub_id", options_.hub_id}}.dump());
 }

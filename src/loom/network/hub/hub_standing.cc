@@ -70,29 +70,26 @@ void Hub::Impl::NoteEarning(const std::string& node_id, protocol::Earning e) {
   s.due = std::min(s.due, base::NowSeconds() + 1);
 }
 
-protocol::Standing Hub::Impl::StandingOf(NodeConn& c, NodeStanding& s, double now) {
-  protocol::Standing out;
-  auto pending = store_->Balance(ledger::PendingBook(c.node_id));
-  auto available = store_->Balance(ledger::AvailableBook(c.node_id));
+OperatorView Hub::Impl::ViewOf(const std::string& node_id, const NodeConn* c, double now) {
+  OperatorView out;
+  auto pending = store_->Balance(ledger::PendingBook(node_id));
+  auto available = store_->Balance(ledger::AvailableBook(node_id));
   LogError(pending.status());
   LogError(available.status());
   out.pending_micro = pending.ok() ? std::max<int64_t>(0, *pending) : 0;
   out.available_micro = available.ok() ? std::max<int64_t>(0, *available) : 0;
-  out.recent.assign(s.recent.begin(), s.recent.end());
-  auto slot = slots_.find(c.node_id);
+  auto slot = slots_.find(node_id);
   if (slot != slots_.end()) {
-    int64_t probes = 0;
-    const double availability =
-        slot->second.Availability(base::UnixMillis() / kDayMs, &probes);
-    char buf[256];
-    std::snprintf(buf, sizeof buf, "%s for %s: availability %.1f%% over %lld probes (30 days)",
-                  std::string(store::SlotStateName(slot->second.record.state)).c_str(),
-                  slot->second.record.model.c_str(), 100 * availability,
-                  static_cast<long long>(probes));
-    out.slot = buf;
-    if (!slot->second.record.lost_reason.empty()) out.slot += "; lost: " + slot->second.record.lost_reason;
+    OperatorView::Slot& v = out.slot.emplace();
+    const store::SlotRecord& r = slot->second.record;
+    v.slot_id = r.id;
+    v.model = r.model;
+    v.state = std::string(store::SlotStateName(r.state));
+    v.begin_minute = r.begin_minute;
+    v.end_minute = r.end_minute;
+    v.availability = slot->second.Availability(base::UnixMillis() / kDayMs, &v.probes);
+    v.lost_reason = r.lost_reason;
   }
-  if (s.placed > 0) return out;  // it got work: nothing to explain
   auto add = [&](std::string reason) {
     if (static_cast<int64_t>(out.idle_reasons.size()) < protocol::kMaxReasons) {
       if (static_cast<int64_t>(reason.size()) > protocol::kMaxMessageBytes) {
@@ -101,21 +98,48 @@ protocol::Standing Hub::Impl::StandingOf(NodeConn& c, NodeStanding& s, double no
       out.idle_reasons.push_back(std::move(reason));
     }
   };
-  if (c.last.draining) add("draining: it takes no new work");
-  if (c.last.paused) {
+  if (c == nullptr) {
+    add("not connected to the hub: it gets no work until its agent connects");
+    return out;
+  }
+  auto standing = standing_.find(node_id);
+  if (standing != standing_.end() && standing->second.placed > 0) return out;  // it got work
+  if (c->last.draining) add("draining: it takes no new work");
+  if (c->last.paused) {
     add("paused by its own rules (outside its --schedule, or its machine busy beyond "
         "--pause-when-busy)");
   }
-  if (now - c.last_heartbeat > options_.suspect_s) add("its heartbeats are late: no new work");
-  for (const auto& [why, count] : s.passed_over) {
-    add(why + " (" + std::to_string(count) + (count == 1 ? " request)" : " requests)"));
+  if (now - c->last_heartbeat > options_.suspect_s) add("its heartbeats are late: no new work");
+  if (standing != standing_.end()) {
+    for (const auto& [why, count] : standing->second.passed_over) {
+      add(why + " (" + std::to_string(count) + (count == 1 ? " request)" : " requests)"));
+    }
   }
-  for (const protocol::ModelInfo& m : c.models) {
+  for (const protocol::ModelInfo& m : c->models) {
     auto at = last_request_at_.find(m.name);
     const double since = at == last_request_at_.end() ? now - started_at_ : now - at->second;
     if (since >= options_.standing_s) {
       add("no requests for model '" + m.name + "' in the last " + Seconds(since));
     }
+  }
+  return out;
+}
+
+protocol::Standing Hub::Impl::StandingOf(NodeConn& c, NodeStanding& s, double now) {
+  OperatorView view = ViewOf(c.node_id, &c, now);
+  protocol::Standing out;
+  out.pending_micro = view.pending_micro;
+  out.available_micro = view.available_micro;
+  out.recent.assign(s.recent.begin(), s.recent.end());
+  out.idle_reasons = std::move(view.idle_reasons);
+  if (view.slot) {
+    const OperatorView::Slot& v = *view.slot;
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "%s for %s: availability %.1f%% over %lld probes (30 days)",
+                  v.state.c_str(), v.model.c_str(), 100 * v.availability,
+                  static_cast<long long>(v.probes));
+    out.slot = buf;
+    if (!v.lost_reason.empty()) out.slot += "; lost: " + v.lost_reason;
   }
   return out;
 }

@@ -32,14 +32,6 @@ const serve::WebAsset* FindAsset(std::string_view name) {
   return nullptr;
 }
 
-net::Headers PageHeaders() {
-  return {{"Cache-Control", "no-cache"},
-          {"X-Content-Type-Options", "nosniff"},
-          {"Content-Security-Policy",
-           "default-src 'self'; style-src 'self'; script-src 'self'; connect-src 'self'; "
-           "img-src 'self' data:; frame-ancestors 'none'"}};
-}
-
 // CPU time of this thread (the hub's loop): what a rebuild costs, however loaded the machine.
 double ThreadCpuMs() {
   timespec ts{};
@@ -58,6 +50,14 @@ int StateOrder(world::State s) {
 }
 
 }  // namespace
+
+net::Headers WebPageHeaders() {
+  return {{"Cache-Control", "no-cache"},
+          {"X-Content-Type-Options", "nosniff"},
+          {"Content-Security-Policy",
+           "default-src 'self'; style-src 'self'; script-src 'self'; connect-src 'self'; "
+           "img-src 'self' data:; frame-ancestors 'none'"}};
+}
 
 const std::string& Hub::Impl::WorldName(const std::string& node_id) {
   auto it = world_.names.find(node_id);
@@ -366,7 +366,7 @@ void Hub::Impl::OnWorld(const net::Request& request,
                               ErrorBody("no route for GET " + path, "invalid_request_error",
                                         "unknown_url"));
   }
-  responder->Respond(200, asset->content_type, std::string(asset->data), PageHeaders());
+  responder->Respond(200, asset->content_type, std::string(asset->data), WebPageHeaders());
 }
 
 }  // namespace loom::network::hub

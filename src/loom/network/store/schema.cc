@@ -195,6 +195,14 @@ const std::vector<Migration> kMigrations = {
          "CREATE INDEX node_sessions_open ON node_sessions (node_id) WHERE open = 1",
          "CREATE INDEX attempts_by_finished ON attempts (finished_ms)",
      }},
+    {"operator accounts: the account an enrolment token gives its node, and the node's",
+     {
+         // 0 is nobody (nodes enrolled before, or by a token without an account), so these are
+         // not foreign keys; the store checks the account when it writes one.
+         "ALTER TABLE enroll_tokens ADD COLUMN account_id BIGINT NOT NULL DEFAULT 0",
+         "ALTER TABLE nodes ADD COLUMN account_id BIGINT NOT NULL DEFAULT 0",
+         "CREATE INDEX nodes_by_account ON nodes (account_id)",
+     }},
 };
 
 constexpr std::string_view kCreateVersionTable =

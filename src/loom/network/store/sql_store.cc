@@ -10,7 +10,6 @@ namespace {
 // Column lists shared by the SELECTs and the decoders below, which read them in this order.
 #define LOOM_ACCOUNT_COLUMNS "id, name, created_ms"
 #define LOOM_KEY_COLUMNS "id, account_id, prefix, created_ms, revoked"
-#define LOOM_NODE_COLUMNS "node_id, name, public_key, enrolled_ms, last_seen_ms"
 #define LOOM_JOB_COLUMNS                                                                 \
   "job_id, account_id, model, endpoint, state, created_ms, finished_ms, prompt_tokens, " \
   "completion_tokens, finish_reason, error"
@@ -32,13 +31,6 @@ StatusOr<ApiKeyRecord> DecodeKey(const Row& row) {
   ApiKeyRecord k{r.Int(0), r.Int(1), r.Text(2), r.Int(3), r.Int(4) != 0};
   if (!r.status().ok()) return r.status();
   return k;
-}
-
-StatusOr<NodeRecord> DecodeNode(const Row& row) {
-  RowReader r(row);
-  NodeRecord n{r.Text(0), r.Text(1), r.Text(2), r.Int(3), r.Int(4)};
-  if (!r.status().ok()) return r.status();
-  return n;
 }
 
 StatusOr<JobRecord> DecodeJob(const Row& row) {
@@ -98,6 +90,13 @@ StatusOr<std::optional<T>> DecodeOptional(std::string_view op, const SqlResult& 
 }
 
 }  // namespace
+
+StatusOr<NodeRecord> DecodeNode(const std::vector<std::string>& row) {
+  RowReader r(row);
+  NodeRecord n{r.Text(0), r.Text(1), r.Text(2), r.Int(3), r.Int(4), r.Int(5)};
+  if (!r.status().ok()) return r.status();
+  return n;
+}
 
 std::string_view SqlStore::Kind() const {
   return conn_->dialect() == Dialect::kSqlite ? "sqlite" : "postgresql";
@@ -213,14 +212,17 @@ StatusOr<std::vector<ApiKeyRecord>> SqlStore::ListApiKeys(int64_t account_id) {
 
 // ---- enrolment and nodes ----
 
-Status SqlStore::AddEnrollToken(std::string_view token_hash, int64_t expires_ms, int64_t now_ms) {
+Status SqlStore::AddEnrollToken(std::string_view token_hash, int64_t expires_ms, int64_t now_ms,
+                                int64_t account_id) {
   constexpr std::string_view op = "add enrolment token";
   if (token_hash.empty()) return InvalidArgumentError("store: ", op, ": the token hash is empty");
+  if (account_id != 0) LOOM_RETURN_IF_ERROR(FindAccountById(account_id).status());
   LOOM_ASSIGN_OR_RETURN(SqlResult r,
                         Run(op,
-                            "INSERT INTO enroll_tokens (token_hash, created_ms, expires_ms) "
-                            "VALUES ($1, $2, $3) ON CONFLICT (token_hash) DO NOTHING",
-                            {token_hash, now_ms, expires_ms}));
+                            "INSERT INTO enroll_tokens (token_hash, created_ms, expires_ms, "
+                            "account_id) VALUES ($1, $2, $3, $4) "
+                            "ON CONFLICT (token_hash) DO NOTHING",
+                            {token_hash, now_ms, expires_ms, account_id}));
   if (r.affected == 0) {
     return FailedPreconditionError("store: ", op, ": a token with this hash already exists");
   }
@@ -246,9 +248,10 @@ Status SqlStore::AddNode(const NodeRecord& node) {
   LOOM_ASSIGN_OR_RETURN(
       SqlResult r,
       Run(op,
-          "INSERT INTO nodes (" LOOM_NODE_COLUMNS ") VALUES ($1, $2, $3, $4, $5) "
+          "INSERT INTO nodes (" LOOM_NODE_COLUMNS ") VALUES ($1, $2, $3, $4, $5, $6) "
           "ON CONFLICT (node_id) DO NOTHING",
-          {node.node_id, node.name, node.public_key, node.enrolled_ms, node.last_seen_ms}));
+          {node.node_id, node.name, node.public_key, node.enrolled_ms, node.last_seen_ms,
+           node.account_id}));
   if (r.affected == 0) {
     return FailedPreconditionError("store: ", op, ": node ", Quoted(node.node_id),
                                    " already exists");

@@ -11,6 +11,10 @@
 
 namespace loom::network::store {
 
+// The columns of a node row, in the order DecodeNode reads them (sql_store.cc, sql_accounts.cc).
+#define LOOM_NODE_COLUMNS "node_id, name, public_key, enrolled_ms, last_seen_ms, account_id"
+StatusOr<NodeRecord> DecodeNode(const std::vector<std::string>& row);
+
 class SqlStore final : public Store {
  public:
   explicit SqlStore(std::unique_ptr<SqlConnection> conn) : conn_(std::move(conn)) {}
@@ -24,13 +28,20 @@ class SqlStore final : public Store {
   StatusOr<std::optional<int64_t>> AccountForKey(std::string_view key_hash) override;
   Status RevokeApiKey(std::string_view prefix) override;
   StatusOr<std::vector<ApiKeyRecord>> ListApiKeys(int64_t account_id) override;
-  Status AddEnrollToken(std::string_view token_hash, int64_t expires_ms, int64_t now_ms) override;
+  Status AddEnrollToken(std::string_view token_hash, int64_t expires_ms, int64_t now_ms,
+                        int64_t account_id) override;
+  StatusOr<int64_t> EnrollTokenAccount(std::string_view token_hash) override;
   StatusOr<bool> UseEnrollToken(std::string_view token_hash, std::string_view node_id,
                                 int64_t now_ms) override;
   Status AddNode(const NodeRecord& node) override;
   StatusOr<std::optional<NodeRecord>> FindNode(std::string_view node_id) override;
   StatusOr<std::vector<NodeRecord>> ListNodes() override;
   Status TouchNode(std::string_view node_id, int64_t last_seen_ms) override;
+  StatusOr<std::vector<NodeRecord>> NodesOfAccount(int64_t account_id) override;
+  Status AssignNode(std::string_view node_id, int64_t account_id) override;
+  StatusOr<Account> FindAccountById(int64_t account_id) override;
+  StatusOr<std::vector<NodeEarning>> NodeEarnings(std::string_view node_id,
+                                                  int64_t limit) override;
   Status OpenNodeSession(std::string_view node_id, int64_t now_ms) override;
   Status CloseNodeSession(std::string_view node_id, int64_t now_ms) override;
   Status ExtendNodeSessions(int64_t now_ms) override;

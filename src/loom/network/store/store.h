@@ -36,6 +36,7 @@ struct NodeRecord {
   std::string public_key;
   int64_t enrolled_ms = 0;
   int64_t last_seen_ms = 0;
+  int64_t account_id = 0;  // the operator account that owns it (0: none)
 };
 
 // Stored as the text 'running', 'completed', 'failed' (and 'cancelled' for attempts).
@@ -180,17 +181,46 @@ class Store {  // not thread-safe: the hub calls it from its one loop thread
   virtual StatusOr<std::vector<ApiKeyRecord>> ListApiKeys(int64_t account_id) = 0;
 
   // Enrolment tokens: single use, valid while now_ms < expires_ms.  UseEnrollToken atomically
-  // marks the token used by node_id and returns true; false when unknown, used or expired.
-  virtual Status AddEnrollToken(std::string_view token_hash, int64_t expires_ms,
-                                int64_t now_ms) = 0;  // existing hash: kFailedPrecondition
+  // marks the token used by node_id and returns true; false when unknown, used or expired.  A
+  // token may name the operator account (account_id, 0: none) that the node it enrols belongs to
+  // (EnrollTokenAccount; an unknown account: kNotFound).
+  virtual Status AddEnrollToken(std::string_view token_hash, int64_t expires_ms, int64_t now_ms,
+                                int64_t account_id) = 0;  // existing hash: kFailedPrecondition
   virtual StatusOr<bool> UseEnrollToken(std::string_view token_hash, std::string_view node_id,
                                         int64_t now_ms) = 0;
+
+  // The account a token names (0: none); an unknown token: kNotFound.
+  virtual StatusOr<int64_t> EnrollTokenAccount(std::string_view token_hash) = 0;
 
   // Nodes.  ListNodes is ordered by node_id.
   virtual Status AddNode(const NodeRecord& node) = 0;  // existing node_id: kFailedPrecondition
   virtual StatusOr<std::optional<NodeRecord>> FindNode(std::string_view node_id) = 0;
   virtual StatusOr<std::vector<NodeRecord>> ListNodes() = 0;
   virtual Status TouchNode(std::string_view node_id, int64_t last_seen_ms) = 0;  // kNotFound
+
+  // Operators (sql_accounts.cc).  NodesOfAccount lists the nodes an account owns, by node_id.
+  // AssignNode makes `account_id` own the node (0: nobody); an unknown node or account: kNotFound.
+  virtual StatusOr<std::vector<NodeRecord>> NodesOfAccount(int64_t account_id) = 0;
+  virtual Status AssignNode(std::string_view node_id, int64_t account_id) = 0;
+  virtual StatusOr<Account> FindAccountById(int64_t account_id) = 0;  // kNotFound
+  // What a node's operator earned and lost, from the ledger: every line of its pending and
+  // available books but the releases between them (which move credit, not earn it), newest
+  // first, at most `limit` (> 0).  Over all of them the amounts sum to the two books' balances.
+  struct NodeEarning {
+    int64_t tx_id = 0;
+    std::string kind;        // "settle" (an attempt's share), "grant" (a slot's period), "void",
+                             // "forfeit"
+    std::string ref;         // the transaction's: a job id, "slot:<id>:<period>", ...
+    std::string attempt_id;  // settle and void: the attempt paid or taken back
+    std::string model;       // settle and void: the job's model ("" when its job is unknown)
+    int64_t tokens = 0;      // settle and void: the tokens that attempt streamed
+    int64_t amount = 0;      // signed micro-credits
+    std::string book;        // "pending:<node>" or "available:<node>"
+    int64_t at_ms = 0;
+    std::string memo;
+  };
+  virtual StatusOr<std::vector<NodeEarning>> NodeEarnings(std::string_view node_id,
+                                                          int64_t limit) = 0;
 
   // Node sessions: one per connection of a node (its register to its close), for the world
   // page's reliability.  OpenNodeSession closes any session of the node still open first (at

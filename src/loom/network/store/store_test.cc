@@ -121,16 +121,16 @@ TEST_P(StoreTest, ApiKeyErrorsAreClassified) {
 }
 
 TEST_P(StoreTest, EnrollTokenIsSingleUse) {
-  LOOM_ASSERT_OK(store_->AddEnrollToken("tok", /*expires_ms=*/1000, /*now_ms=*/0));
+  LOOM_ASSERT_OK(store_->AddEnrollToken("tok", /*expires_ms=*/1000, /*now_ms=*/0, 0));
   LOOM_ASSERT_OK_AND_ASSIGN(bool first, store_->UseEnrollToken("tok", "node-1", 0));
   EXPECT_TRUE(first);  // now_ms 0 is a time like any other
   LOOM_ASSERT_OK_AND_ASSIGN(bool second, store_->UseEnrollToken("tok", "node-2", 1));
   EXPECT_FALSE(second);
-  EXPECT_EQ(store_->AddEnrollToken("tok", 5000, 1).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store_->AddEnrollToken("tok", 5000, 1, 0).code(), StatusCode::kFailedPrecondition);
 }
 
 TEST_P(StoreTest, EnrollTokenExpiresAndUnknownIsRefused) {
-  LOOM_ASSERT_OK(store_->AddEnrollToken("tok", /*expires_ms=*/1000, /*now_ms=*/10));
+  LOOM_ASSERT_OK(store_->AddEnrollToken("tok", /*expires_ms=*/1000, /*now_ms=*/10, 0));
   LOOM_ASSERT_OK_AND_ASSIGN(bool at_expiry, store_->UseEnrollToken("tok", "node-1", 1000));
   EXPECT_FALSE(at_expiry);
   LOOM_ASSERT_OK_AND_ASSIGN(bool before, store_->UseEnrollToken("tok", "node-1", 999));
@@ -390,7 +390,7 @@ TEST_P(StoreTest, FailUnfinishedJobsEndsExactlyTheRunningOnes) {
 TEST_P(StoreTest, EverythingSurvivesClosingAndReopening) {
   LOOM_ASSERT_OK_AND_ASSIGN(Account alice, store_->CreateAccount("alice", 1));
   LOOM_ASSERT_OK(store_->AddApiKey(alice.id, "hash-a", "lk_a", 2));
-  LOOM_ASSERT_OK(store_->AddEnrollToken("tok", 1000, 3));
+  LOOM_ASSERT_OK(store_->AddEnrollToken("tok", 1000, 3, 0));
   LOOM_ASSERT_OK(store_->AddNode({"node-1", "one", "pk", 4, 4}));
   LOOM_ASSERT_OK(store_->CreateJob(Job("job-1", 5)));
   LOOM_ASSERT_OK(store_->AddAttempt(Attempt("att-1", "job-1", 1)));
