@@ -9,6 +9,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   libpcre2-dev libcurl4-openssl-dev libssl-dev libicu-dev
   libboost1.81-dev libsqlite3-dev libpq-dev postgresql openssl
+  iproute2
   clang libclang-rt-14-dev
   chromium
 )

@@ -30,5 +30,6 @@ void AddHubCommand(CLI::App& app, Action* action);        // cmd_hub.cc: the net
 void AddHubLedgerCommands(CLI::App& hub, CLI::App& account, Action* action);
 void AddHubNodeCommands(CLI::App& hub, Action* action);  // cmd_hub_nodes.cc: nodes' accounts
 void AddNodeCommand(CLI::App& app, Action* action);       // cmd_node.cc: lend this machine
+void AddClusterCommand(CLI::App& app, Action* action);    // cmd_cluster.cc: self-forming pods
 
 }  // namespace loom::cli

@@ -66,6 +66,30 @@ StatusOr<double> ParseDouble(std::string_view name, std::string_view text) {
 
 }  // namespace
 
+Status ParseLinkDelays(std::string_view text, LinkEmulation* link) {
+  link->delay_us = 0;
+  link->delay_us_from.clear();
+  size_t begin = 0;
+  while (begin <= text.size()) {
+    size_t end = text.find(',', begin);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view item = Trim(text.substr(begin, end - begin));
+    const size_t eq = item.find('=');
+    if (eq == std::string_view::npos) {
+      LOOM_ASSIGN_OR_RETURN(link->delay_us, ParseDouble("LOOM_LINK_DELAY_US", item));
+    } else {
+      const std::string host(Trim(item.substr(0, eq)));
+      if (host.empty()) {
+        return InvalidArgumentError("LOOM_LINK_DELAY_US: '", item, "' names no host (HOST=US)");
+      }
+      LOOM_ASSIGN_OR_RETURN(double us, ParseDouble("LOOM_LINK_DELAY_US", item.substr(eq + 1)));
+      link->delay_us_from.emplace_back(host, us);
+    }
+    begin = end + 1;
+  }
+  return OkStatus();
+}
+
 Status ParseHostPort(std::string_view text, std::string* host, int* port) {
   text = Trim(text);
   std::string_view h;
@@ -200,7 +224,7 @@ StatusOr<GroupConfig> GroupConfigFromEnvironment(const EnvLookup& getenv) {
     }
   }
   if (const auto v = get("LOOM_LINK_DELAY_US"); !v.empty()) {
-    LOOM_ASSIGN_OR_RETURN(o.link.delay_us, ParseDouble("LOOM_LINK_DELAY_US", v));
+    LOOM_RETURN_IF_ERROR(ParseLinkDelays(v, &o.link));
   }
   if (const auto v = get("LOOM_LINK_GBPS"); !v.empty()) {
     LOOM_ASSIGN_OR_RETURN(o.link.gbps, ParseDouble("LOOM_LINK_GBPS", v));
@@ -252,6 +276,12 @@ Status ValidateGroupConfig(const GroupConfig& c) {
       o.shm_mailbox_bytes < 4096 || o.shm_mailbox_bytes > (int64_t{1} << 30)) {
     return InvalidArgumentError("comm/shm: slot ", o.shm_slot_bytes, " and mailbox ",
                                 o.shm_mailbox_bytes, " bytes must be 4 KiB..1 GiB");
+  }
+  for (const auto& [host, us] : o.link.delay_us_from) {
+    if (us < 0 || us > 1e7) {
+      return InvalidArgumentError("comm: link emulation delay ", us, " us from ", host,
+                                  " is out of range");
+    }
   }
   if (o.link.delay_us < 0 || o.link.delay_us > 1e7 || o.link.gbps < 0) {
     return InvalidArgumentError("comm: link emulation delay ", o.link.delay_us, " us / ",

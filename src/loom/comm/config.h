@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 #include <vector>
+#include <utility>
 
 #include "loom/base/status.h"
 #include "loom/comm/group.h"
@@ -19,11 +20,28 @@ namespace loom::comm {
 // side until `delay_us` after it was sent, and a link carries at most `gbps` gigabits per second
 // (0 = unlimited).  Emulated in user space; the sender and receiver must share a monotonic clock,
 // so it is meaningful only for ranks on one host.
+// `LOOM_LINK_DELAY_US=50` delays every message; `LOOM_LINK_DELAY_US=50,10.200.0.6=300` delays
+// messages from peers on host 10.200.0.6 by 300 us and the others by 50 us (some links slower).
 struct LinkEmulation {
   double delay_us = 0;  // one-way delay per message, microseconds
+  std::vector<std::pair<std::string, double>> delay_us_from;  // (peer host, delay) overrides
   double gbps = 0;      // bandwidth cap per direction per peer pair, gigabits/s; 0 = none
-  bool enabled() const { return delay_us > 0 || gbps > 0; }
+  bool enabled() const {
+    bool any = delay_us > 0 || gbps > 0;
+    for (const auto& [host, us] : delay_us_from) any = any || us > 0;
+    return any;
+  }
+  // The delay of messages from a peer on `host`.
+  double DelayFromUs(std::string_view host) const {
+    for (const auto& [h, us] : delay_us_from) {
+      if (h == host) return us;
+    }
+    return delay_us;
+  }
 };
+
+// Parses LOOM_LINK_DELAY_US's value into `link` (delay_us and delay_us_from).
+Status ParseLinkDelays(std::string_view text, LinkEmulation* link);
 
 struct GroupOptions {
   double timeout_seconds = 30;       // deadline of every wait (connect, collective, send/recv)

@@ -52,6 +52,22 @@ TEST(GroupConfigTest, ReadsTheLauncherVariables) {
   EXPECT_DOUBLE_EQ(c->options.link.gbps, 10);
 }
 
+TEST(GroupConfigTest, LinkDelaysMayDifferPerPeerHost) {
+  LinkEmulation link;
+  ASSERT_TRUE(ParseLinkDelays("50, 10.200.0.6=300,10.200.0.10=0", &link).ok());
+  EXPECT_DOUBLE_EQ(link.delay_us, 50);
+  EXPECT_DOUBLE_EQ(link.DelayFromUs("10.200.0.6"), 300);
+  EXPECT_DOUBLE_EQ(link.DelayFromUs("10.200.0.10"), 0);
+  EXPECT_DOUBLE_EQ(link.DelayFromUs("10.200.0.1"), 50);
+  ASSERT_TRUE(ParseLinkDelays("10.200.0.6=300", &link).ok());
+  EXPECT_DOUBLE_EQ(link.delay_us, 0);
+  EXPECT_TRUE(link.enabled());
+  EXPECT_FALSE(ParseLinkDelays("=300", &link).ok());
+  const Status bad = ParseLinkDelays("10.0.0.1=fast", &link);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.message().find("not a number"), std::string::npos) << bad.message();
+}
+
 TEST(GroupConfigTest, HostfileGivesPeersToRanksStartedByHand) {
   const std::string path = ::testing::TempDir() + "config_test_hosts.json";
   {

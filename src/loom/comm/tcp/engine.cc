@@ -44,6 +44,17 @@ Engine::Engine(EngineOptions options, std::vector<Fd> conns) : options_(std::mov
     conns_[i].fd = std::move(conns[i]);
     if (conns_[i].fd.valid()) conns_[i].in = base::AlignedBuffer<uint8_t>(kInBufferBytes);
   }
+  // Each peer's emulated delay, by its host (LinkEmulation::delay_us_from).
+  delay_ns_.assign(static_cast<size_t>(options_.size), 0);
+  for (int p = 0; p < options_.size; ++p) {
+    std::string host = p < static_cast<int>(options_.peers.size()) ? options_.peers[p] : "";
+    if (const size_t colon = host.rfind(':'); colon != std::string::npos) host.resize(colon);
+    if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+      host = host.substr(1, host.size() - 2);
+    }
+    delay_ns_[static_cast<size_t>(p)] =
+        static_cast<int64_t>(options_.link.DelayFromUs(host) * 1000.0);
+  }
   send_busy_.resize(conns_.size());
   recv_busy_.resize(conns_.size());
   pollfds_.reserve(conns_.size());
@@ -111,7 +122,7 @@ Status Engine::ReadHeader(Connection& c, int peer, int channel, MessageHeader* h
 }
 
 // `c` is channel 0 of the sending peer: the channels of a peer pair share one emulated link.
-int64_t Engine::DeliveryTime(Connection& c, const MessageHeader& h) {
+int64_t Engine::DeliveryTime(int peer, Connection& c, const MessageHeader& h) {
   const LinkEmulation& link = options_.link;
   if (!link.enabled()) return 0;
   const int64_t sent = h.send_time_ns > 0 ? h.send_time_ns : NowNanos();
@@ -121,7 +132,7 @@ int64_t Engine::DeliveryTime(Connection& c, const MessageHeader& h) {
           : 0;
   const int64_t start = std::max(c.link_free_ns, sent);
   c.link_free_ns = start + serialize;
-  return c.link_free_ns + static_cast<int64_t>(link.delay_us * 1000.0);
+  return c.link_free_ns + delay_ns_[static_cast<size_t>(peer)];
 }
 
 Status Engine::MatchHeader(Transfer& t, const MessageHeader& h, bool* stash) {
@@ -202,7 +213,7 @@ Status Engine::ContinueStash(Connection& c, int peer, bool* progress) {
     *progress = true;
   }
   stash_.push_back(
-      Stashed{peer, c.stash_header, std::move(c.stash_payload), DeliveryTime(c, c.stash_header)});
+      Stashed{peer, c.stash_header, std::move(c.stash_payload), DeliveryTime(peer, c, c.stash_header)});
   c.stash_payload = {};
   c.stashing = false;
   return OkStatus();
@@ -286,7 +297,7 @@ Status Engine::ProgressRecv(Transfer& t, bool* progress) {
         continue;
       }
       t.matched = true;
-      t.ready_at_ns = DeliveryTime(Conn(t.peer, 0), h);
+      t.ready_at_ns = DeliveryTime(t.peer, Conn(t.peer, 0), h);
     }
     LOOM_RETURN_IF_ERROR(ConsumePayload(t, c, progress));
     if (t.done < static_cast<int64_t>(t.header.bytes)) return OkStatus();

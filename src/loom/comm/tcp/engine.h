@@ -133,7 +133,7 @@ class Engine {
   StatusOr<bool> TakeFromStash(Transfer& t);
   // Reads more bytes into c.in; returns false at EAGAIN; error on EOF or failure.
   Status Fill(Connection& c, int peer, int channel, bool* got);
-  int64_t DeliveryTime(Connection& c, const MessageHeader& h);
+  int64_t DeliveryTime(int peer, Connection& c, const MessageHeader& h);
   Status Wait(int64_t until_ns);
   Status TimeoutError(std::span<Transfer> batch) const;
 
@@ -142,6 +142,7 @@ class Engine {
   std::deque<Stashed> stash_;
   int64_t stashed_bytes_ = 0;
   std::vector<pollfd> pollfds_;
+  std::vector<int64_t> delay_ns_;   // per peer: emulated one-way delay of its messages
   std::vector<uint8_t> send_busy_;  // per connection, within one pass
   std::vector<uint8_t> recv_busy_;
 };

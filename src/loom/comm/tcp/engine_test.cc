@@ -225,6 +225,27 @@ TEST(EngineTest, EmulatedDelayHoldsMessagesButLetsThemOverlap) {
   EXPECT_LT(elapsed, 58'000'000);  // ... once, not once per message
 }
 
+TEST(EngineTest, EmulatedDelayCanBePerPeerHost) {
+  for (const bool slow : {true, false}) {
+    LinkEmulation link;
+    link.delay_us_from = {{slow ? "test" : "elsewhere", 30'000}};  // both peers are "test:N"
+    Pair p = MakePair(link);
+    int a = 1, x = 0;
+    const int64_t start = NowNanos();
+    Transfer s[1] = {MakeSend(1, Op::kSend, 0, 0, &a, 4)};
+    ASSERT_TRUE(p.e[0]->Run(s, Deadline(2000), OpLabel{"send"}).ok());
+    Transfer r[1] = {MakeRecv(0, Op::kSend, 0, 0, &x, 4)};
+    ASSERT_TRUE(p.e[1]->Run(r, Deadline(2000), OpLabel{"recv"}).ok());
+    const int64_t elapsed = NowNanos() - start;
+    EXPECT_EQ(x, 1);
+    if (slow) {
+      EXPECT_GE(elapsed, 30'000'000);
+    } else {
+      EXPECT_LT(elapsed, 30'000'000);
+    }
+  }
+}
+
 TEST(EngineTest, EmulatedBandwidthCapSerializesBytes) {
   LinkEmulation link;
   link.gbps = 0.08;  // 10 MB/s: 200 KB take 20 ms

@@ -1,0 +1,386 @@
+// `loom cluster join` (the daemon of a self-forming pod) and `loom cluster status` (its members,
+// the measured link matrix, and the plan a model would get).  docs/cluster.md.
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "loom/cli/commands.h"
+#include "loom/cli/common.h"
+#include "loom/cluster/cost_model.h"
+#include "loom/cluster/daemon.h"
+#include "loom/cluster/machine.h"
+#include "loom/comm/config.h"
+
+namespace loom::cli {
+namespace {
+
+using json = nlohmann::json;
+
+struct JoinOptions {
+  std::string secret, secret_file;
+  std::vector<std::string> peers;
+  std::string bind = "0.0.0.0";
+  int port = cluster::kDefaultPort;
+  bool no_multicast = false;
+  std::string group = cluster::kDefaultMulticastGroup;
+  int multicast_port = cluster::kDefaultMulticastPort;
+  std::string control;
+  double timeout_s = 2.5;
+  bool no_probe = false;
+  bool quiet = false;
+  std::string memory;  // offered memory, e.g. "64G"; "" = what is available
+};
+
+StatusOr<std::string> ReadSecret(const std::string& secret, const std::string& file) {
+  if (!secret.empty() && !file.empty()) {
+    return InvalidArgumentError("give --secret or --secret-file, not both");
+  }
+  if (!file.empty()) {
+    std::ifstream in(file);
+    if (!in) return NotFoundError("cannot read the secret file ", file);
+    std::string line;
+    std::getline(in, line);
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+    if (line.empty()) return InvalidArgumentError("the secret file ", file, " is empty");
+    return line;
+  }
+  if (!secret.empty()) return secret;
+  if (const char* env = std::getenv("LOOM_CLUSTER_SECRET"); env != nullptr && *env) {
+    return std::string(env);
+  }
+  return InvalidArgumentError(
+      "a shared secret is required: --secret S, --secret-file F or $LOOM_CLUSTER_SECRET "
+      "(the same on every machine; it authenticates members)");
+}
+
+int Join(const JoinOptions& o) {
+  auto secret = ReadSecret(o.secret, o.secret_file);
+  if (!secret.ok()) return Fail("cluster join", secret.status());
+  // Probes use the tcp backend's options from the environment (LOOM_LINK_DELAY_US, ...), so the
+  // links are measured as the pod's ranks will use them.
+  auto env = comm::GroupConfigFromEnvironment();
+  if (!env.ok()) return Fail("cluster join", env.status());
+  cluster::DaemonOptions d;
+  d.secret = *secret;
+  d.peers = o.peers;
+  d.bind_host = o.bind;
+  d.port = o.port;
+  d.multicast = !o.no_multicast;
+  d.multicast_group = o.group;
+  d.multicast_port = o.multicast_port;
+  d.control_path = o.control.empty() ? cluster::DefaultControlPath() : o.control;
+  d.member_timeout_s = o.timeout_s;
+  d.heartbeat_s = std::min(0.5, o.timeout_s / 4);
+  d.probe_links = !o.no_probe;
+  d.probe_options = env->options;
+  if (!o.quiet) {
+    d.log = [](const std::string& line) {
+      std::fprintf(stderr, "cluster: %s\n", line.c_str());
+      std::fflush(stderr);
+    };
+  }
+  int64_t max_memory = 0;
+  if (!o.memory.empty()) {
+    auto bytes = comm::ParseByteSize(o.memory);
+    if (!bytes.ok()) return Fail("cluster join", bytes.status().WithContext("--memory"));
+    max_memory = *bytes;
+  }
+  if (!o.quiet) std::fprintf(stderr, "cluster: measuring this machine...\n");
+  cluster::Facts facts = cluster::MeasureMachine(max_memory);
+  boost::asio::io_context io;
+  auto daemon = cluster::Daemon::Create(io, std::move(d), std::move(facts));
+  if (!daemon.ok()) return Fail("cluster join", daemon.status());
+  boost::asio::signal_set signals(io, SIGINT, SIGTERM, SIGHUP);
+  signals.async_wait([&](const boost::system::error_code& ec, int) {
+    if (!ec) (*daemon)->Stop();
+  });
+  io.run();
+  return 0;
+}
+
+struct StatusOptions {
+  std::string control;
+  bool json = false;
+  std::string model;
+  int wait_members = 0;
+  double wait_s = 30;
+  double decode_gbs = 0;     // instead of measuring the model here
+  double prompt_gflops = 0;
+};
+
+std::string Gib(uint64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f", static_cast<double>(bytes) / (1 << 30));
+  return buf;
+}
+
+// Whether every pair of the view's members has a measured link and no probe is pending.
+bool Settled(const json& v) {
+  const size_t n = v["members"].size();
+  return v["fastest"].size() == n * (n - 1) / 2 && !v["probing"].get<bool>() &&
+         v["probes_pending"].get<int64_t>() == 0;
+}
+
+// The cost model's prediction for this pod: equal ranks at the slowest member's speed and memory,
+// joined by the slowest of the fastest links.  The decode speed is measured here with the model's
+// kernels and scaled by each member's measured memory bandwidth.
+StatusOr<json> PlanFor(const StatusOptions& o, const json& v) {
+  const std::string& model_path = o.model;
+  LOOM_ASSIGN_OR_RETURN(auto file, model::OpenModel(model_path));
+  const json& members = v["members"];
+  // Members on one host (one boot id) share its memory bus and its available memory.
+  struct Host {
+    int members = 0;
+    uint64_t available = 0, offered = 0;
+  };
+  std::map<std::string, Host> hosts;
+  double min_bw = 0, self_bw = 0;
+  for (const json& m : members) {
+    if (!m.contains("facts")) return UnavailableError("member ", m["name"], " sent no facts yet");
+    const json& f = m["facts"];
+    Host& h = hosts[f["boot_id"].get<std::string>()];
+    ++h.members;
+    h.available = std::max(h.available, f["memory_available"].get<uint64_t>());
+    h.offered += f["memory_offered"].get<uint64_t>();
+    const double bw = f["read_gbytes_per_s"].get<double>();
+    min_bw = min_bw == 0 ? bw : std::min(min_bw, bw);
+    if (m["state"] == "self") self_bw = bw;
+  }
+  int ranks_on_host = 1;
+  uint64_t min_mem = 0;
+  for (const auto& [boot, h] : hosts) {
+    ranks_on_host = std::max(ranks_on_host, h.members);
+    const uint64_t each = std::min(h.available, h.offered) / static_cast<uint64_t>(h.members);
+    min_mem = min_mem == 0 ? each : std::min(min_mem, each);
+  }
+  cluster::CostInputs in;
+  in.ranks = static_cast<int>(members.size());
+  if (o.decode_gbs > 0 && o.prompt_gflops > 0) {
+    in.rank.decode_bytes_per_s = in.rank.decode_bytes_per_s_shared = o.decode_gbs * 1e9;
+    in.rank.prompt_flops = o.prompt_gflops * 1e9;
+  } else {
+    if (!o.json) std::fprintf(stderr, "cluster status: measuring this machine with the model...\n");
+    LOOM_ASSIGN_OR_RETURN(in.rank, cluster::Calibrate(*file, ranks_on_host));
+    if (self_bw > 0 && min_bw > 0 && min_bw < self_bw) {
+      in.rank.decode_bytes_per_s *= min_bw / self_bw;
+      in.rank.decode_bytes_per_s_shared *= min_bw / self_bw;
+    }
+    if (o.decode_gbs > 0) {
+      in.rank.decode_bytes_per_s = in.rank.decode_bytes_per_s_shared = o.decode_gbs * 1e9;
+    }
+    if (o.prompt_gflops > 0) in.rank.prompt_flops = o.prompt_gflops * 1e9;
+  }
+  in.rank.memory_bytes = static_cast<int64_t>(min_mem);
+  for (const json& l : v["fastest"]) {
+    in.link.latency_s = std::max(in.link.latency_s, l["latency_us"].get<double>() * 1e-6);
+    const double bps = l["gbytes_per_s"].get<double>() * 1e9;
+    in.link.bytes_per_s = in.link.bytes_per_s == 0 ? bps : std::min(in.link.bytes_per_s, bps);
+  }
+  const auto all = cluster::PredictAll(*file, in);
+  const cluster::Prediction* best = cluster::PickBest(all);
+  json out = {{"model", model_path},
+              {"ranks", in.ranks},
+              {"ranks_per_host", ranks_on_host},
+              {"rank", {{"memory_bytes", in.rank.memory_bytes},
+                        {"decode_bytes_per_s", in.rank.decode_bytes_per_s},
+                        {"decode_bytes_per_s_shared", in.rank.decode_bytes_per_s_shared},
+                        {"prompt_flops", in.rank.prompt_flops}}},
+              {"link", {{"latency_us", in.link.latency_s * 1e6},
+                        {"gbytes_per_s", in.link.bytes_per_s / 1e9}}},
+              {"plans", json::array()}};
+  for (const auto& p : all) {
+    json e = {{"tp", p.tp}, {"pp", p.pp}, {"feasible", p.feasible}};
+    if (p.feasible) {
+      e["decode_tokens_per_s"] = p.decode_tokens_per_s;
+      e["prompt_tokens_per_s"] = p.prompt_tokens_per_s;
+      e["layout"] = p.plan.Describe();
+    } else {
+      e["why_not"] = p.why_not;
+    }
+    out["plans"].push_back(e);
+  }
+  if (best != nullptr) out["pick"] = {{"tp", best->tp}, {"pp", best->pp}};
+  return out;
+}
+
+void PrintText(const json& v, const json* plan) {
+  const json& members = v["members"];
+  std::printf("cluster of %zu member%s (this is %s, %s)\n", members.size(),
+              members.size() == 1 ? "" : "s", v["name"].get<std::string>().c_str(),
+              v["id"].get<std::string>().substr(0, 8).c_str());
+  std::printf("  %-8s  %-16s %-15s %13s %5s %-9s %9s\n", "id", "name", "address",
+              "lent/all GiB", "cores", "simd", "read GB/s");
+  for (const json& m : members) {
+    std::string mem = "-", simd = "-", bw = "-", cores = "-";
+    if (m.contains("facts")) {
+      const json& f = m["facts"];
+      mem = Gib(f["memory_offered"]) + "/" + Gib(f["memory_total"]);
+      simd = f["simd"];
+      char b[32];
+      std::snprintf(b, sizeof(b), "%.1f", f["read_gbytes_per_s"].get<double>());
+      bw = b;
+      cores = std::to_string(f["cores"].get<int>());
+    }
+    const std::string addr = m["state"] == "self" ? "(this)" : m["address"].get<std::string>();
+    std::printf("  %-8s  %-16s %-15s %13s %5s %-9s %9s\n",
+                m["id"].get<std::string>().substr(0, 8).c_str(),
+                m["name"].get<std::string>().c_str(), addr.c_str(), mem.c_str(), cores.c_str(),
+                simd.c_str(), bw.c_str());
+  }
+  if (!v["links"].empty()) {
+    std::printf("links (one-way latency of 64-byte messages, bandwidth of 4 MiB ones):\n");
+    for (const json& l : v["links"]) {
+      bool fastest = false;
+      for (const json& f : v["fastest"]) fastest = fastest || f == l;
+      std::printf("  %-12s <-> %-12s %-10s %15s -> %-15s %8.0f us %8.2f GB/s%s\n",
+                  l["a_name"].get<std::string>().c_str(), l["b_name"].get<std::string>().c_str(),
+                  l["interface"].get<std::string>().c_str(), l["a_host"].get<std::string>().c_str(),
+                  l["b_host"].get<std::string>().c_str(), l["latency_us"].get<double>(),
+                  l["gbytes_per_s"].get<double>(), fastest ? "  (fastest)" : "");
+    }
+  }
+  if (v["probing"].get<bool>() || v["probes_pending"].get<int64_t>() > 0) {
+    std::printf("  (measuring links: %lld pending)\n",
+                static_cast<long long>(v["probes_pending"].get<int64_t>()));
+  }
+  for (const json& d : v["departed"]) {
+    std::printf("left: %s (%s) %.1f s ago: %s\n", d["name"].get<std::string>().c_str(),
+                d["id"].get<std::string>().substr(0, 8).c_str(), d["left_s_ago"].get<double>(),
+                d["why"].get<std::string>().c_str());
+  }
+  for (const auto& [peer, why] : v["refused_by"].items()) {
+    std::printf("refused by %s: %s\n", peer.c_str(), why.get<std::string>().c_str());
+  }
+  if (plan != nullptr) {
+    std::printf("\nplans for %s on %d ranks (%d per host), link %.0f us, %.2f GB/s:\n",
+                (*plan)["model"].get<std::string>().c_str(), (*plan)["ranks"].get<int>(),
+                (*plan)["ranks_per_host"].get<int>(),
+                (*plan)["link"]["latency_us"].get<double>(),
+                (*plan)["link"]["gbytes_per_s"].get<double>());
+    for (const json& p : (*plan)["plans"]) {
+      const std::string name = "tp" + std::to_string(p["tp"].get<int>()) + " pp" +
+                               std::to_string(p["pp"].get<int>());
+      const bool pick = plan->contains("pick") && (*plan)["pick"]["tp"] == p["tp"] &&
+                        (*plan)["pick"]["pp"] == p["pp"];
+      if (!p["feasible"].get<bool>()) {
+        std::printf("  %-9s %10s  %s\n", name.c_str(), "-", p["why_not"].get<std::string>().c_str());
+      } else {
+        std::printf("  %-9s %7.1f tok/s generation, %7.1f tok/s prompt  %s%s\n", name.c_str(),
+                    p["decode_tokens_per_s"].get<double>(), p["prompt_tokens_per_s"].get<double>(),
+                    p["layout"].get<std::string>().c_str(), pick ? "   <- pick" : "");
+      }
+    }
+  }
+}
+
+int ClusterStatus(const StatusOptions& o) {
+  const std::string path = o.control.empty() ? cluster::DefaultControlPath() : o.control;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(o.wait_s);
+  auto v = cluster::QueryDaemon(path, 5);
+  // While waiting, a daemon that is still starting (no socket yet) is waited for too.
+  while (!v.ok() && o.wait_members > 0 && v.status().code() == StatusCode::kUnavailable &&
+         std::chrono::steady_clock::now() < end) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    v = cluster::QueryDaemon(path, 5);
+  }
+  if (!v.ok()) return Fail("cluster status", v.status());
+  if (o.wait_members > 0) {
+    while (!((*v)["members"].size() >= static_cast<size_t>(o.wait_members) && Settled(*v))) {
+      if (std::chrono::steady_clock::now() > end) {
+        return Fail("cluster status",
+                    DeadlineExceededError("waited ", o.wait_s, " s for ", o.wait_members,
+                                          " members with measured links; have ",
+                                          (*v)["members"].size(), " members, ",
+                                          (*v)["fastest"].size(), " links"));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      v = cluster::QueryDaemon(path, 5);
+      if (!v.ok()) return Fail("cluster status", v.status());
+    }
+  }
+  json plan;
+  if (!o.model.empty()) {
+    auto p = PlanFor(o, *v);
+    if (!p.ok()) return Fail("cluster status", p.status());
+    plan = std::move(*p);
+    (*v)["plan"] = plan;
+  }
+  if (o.json) {
+    std::printf("%s\n", v->dump().c_str());
+  } else {
+    PrintText(*v, o.model.empty() ? nullptr : &plan);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void AddClusterCommand(CLI::App& app, Action* action) {
+  CLI::App* cluster = app.add_subcommand(
+      "cluster", "Pods that form themselves: machines find each other and measure their links");
+  cluster->require_subcommand(1);
+
+  auto j = std::make_shared<JoinOptions>();
+  CLI::App* join = cluster->add_subcommand(
+      "join",
+      "Run this machine's cluster daemon: announce it on the local network (UDP multicast), "
+      "dial --peer addresses, authenticate members with the shared secret, measure every link");
+  join->add_option("--secret", j->secret, "The cluster's shared secret (or $LOOM_CLUSTER_SECRET)");
+  join->add_option("--secret-file", j->secret_file, "Read the secret from the file's first line");
+  join->add_option("--peer", j->peers,
+                   "HOST:PORT of a member to dial (repeatable; for networks without multicast)");
+  join->add_option("--bind", j->bind, "Address to listen on")->capture_default_str();
+  join->add_option("--port", j->port, "Control port (TCP)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 65535));
+  join->add_flag("--no-multicast", j->no_multicast, "Do not announce or listen by multicast");
+  join->add_option("--multicast-group", j->group, "IPv4 multicast group of announcements")
+      ->capture_default_str();
+  join->add_option("--multicast-port", j->multicast_port, "UDP port of announcements")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 65535));
+  join->add_option("--control", j->control,
+                   "Unix socket `loom cluster status` asks (default: $LOOM_CLUSTER_SOCKET, "
+                   "$XDG_RUNTIME_DIR/loom-cluster.sock or /tmp/loom-cluster-UID.sock)");
+  join->add_option("--member-timeout", j->timeout_s, "Seconds of silence after which a member "
+                   "has left")
+      ->capture_default_str()
+      ->check(CLI::Range(0.2, 600.0));
+  join->add_option("--memory", j->memory,
+                   "Memory this machine lends the pod, e.g. 48G (default: all that is available)");
+  join->add_flag("--no-probe", j->no_probe, "Do not measure links");
+  join->add_flag("-q,--quiet", j->quiet, "Log nothing");
+  join->callback([j, action] { *action = [j] { return Join(*j); }; });
+
+  auto s = std::make_shared<StatusOptions>();
+  CLI::App* status = cluster->add_subcommand(
+      "status", "The members, their machines, the measured link matrix, and a model's plan");
+  status->add_option("--control", s->control, "The daemon's Unix socket (as for join)");
+  status->add_flag("--json", s->json, "Print one JSON object (the daemon's view, version 1)");
+  status->add_option("-m,--model", s->model,
+                     "Also predict every split of this model over the members (cost model)");
+  status->add_option("--decode-gbs", s->decode_gbs,
+                     "With -m: weight GB/s of one rank's decode (default: measured here)");
+  status->add_option("--prompt-gflops", s->prompt_gflops,
+                     "With -m: GFLOP/s of one rank's batched products (default: measured here)");
+  status->add_option("--wait-members", s->wait_members,
+                     "First wait until this many members are up and their links measured")
+      ->check(CLI::Range(1, 64));
+  status->add_option("--wait", s->wait_s, "Give up waiting after this many seconds")
+      ->capture_default_str();
+  status->callback([s, action] { *action = [s] { return ClusterStatus(*s); }; });
+}
+
+}  // namespace loom::cli
