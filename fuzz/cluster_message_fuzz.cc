@@ -66,6 +66,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case MessageType::kLinks:
       if (auto m = DecodeLinks(*e); m.ok()) CheckBody(*e, EncodeLinks(*m, key, e->seq));
       break;
+    case MessageType::kRankReserve:
+      if (auto m = DecodeRankReserve(*e); m.ok()) CheckBody(*e, EncodeRankReserve(*m, key, e->seq));
+      break;
+    case MessageType::kRankReserved:
+      if (auto m = DecodeRankReserved(*e); m.ok()) {
+        CheckBody(*e, EncodeRankReserved(*m, key, e->seq));
+      }
+      break;
+    case MessageType::kRankStart:
+      if (auto m = DecodeRankStart(*e); m.ok()) CheckBody(*e, EncodeRankStart(*m, key, e->seq));
+      break;
+    case MessageType::kRankExit:
+      if (auto m = DecodeRankExit(*e); m.ok()) CheckBody(*e, EncodeRankExit(*m, key, e->seq));
+      break;
+    case MessageType::kRankStop:
+      if (auto m = DecodeRankStop(*e); m.ok()) CheckBody(*e, EncodeRankStop(*m, key, e->seq));
+      break;
   }
   return 0;
 }

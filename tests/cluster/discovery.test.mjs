@@ -23,7 +23,7 @@ before(() => {
 after(() => m?.close());
 
 function join(name, env = {}, extra = []) {
-  return m.spawn(name, ["cluster", "join", "--secret", SECRET, "--control", m.socket(name),
+  return m.spawn(name, ["cluster", "join", "--secret", SECRET, "--control", m.socket(name), "--name", name,
                         "--member-timeout", "2", ...extra], env);
 }
 

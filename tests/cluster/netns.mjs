@@ -1,7 +1,7 @@
 // "Machines" for the cluster tests: Linux network namespaces joined by veth pairs, each pair its
 // own /30 inside 10.200.0.0/24, optionally shaped with `tc tbf`.  Needs root (CI runs as root);
 // everything made here is removed again, also when a test fails.
-import { execFileSync, spawn } from "node:child_process";
+import { execFileSync, spawn, spawnSync } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -78,6 +78,14 @@ export class Machines {
     return execFileSync("ip", ["netns", "exec", this.ns[name], LOOM, ...args], {
       encoding: "utf8", timeout, env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"],
     });
+  }
+
+  // Runs `loom ARGS` inside machine `name`; returns { status, stdout, stderr }.
+  runFull(name, args, { timeout = 60000, env = {} } = {}) {
+    const r = spawnSync("ip", ["netns", "exec", this.ns[name], LOOM, ...args], {
+      encoding: "utf8", timeout, env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"],
+    });
+    return { status: r.status, stdout: r.stdout, stderr: r.stderr };
   }
 
   socket(name) {

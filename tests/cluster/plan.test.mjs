@@ -26,8 +26,8 @@ after(() => m?.close());
 function pickAt(delayUs, speeds = []) {
   const env = (peer) => (delayUs > 0 ? { LOOM_LINK_DELAY_US: `${peer}=${delayUs}` } : {});
   const procs = [
-    m.spawn("a", ["cluster", "join", "--secret", "s", "--control", m.socket("a"), "--memory", "140M"], env(ab.b)),
-    m.spawn("b", ["cluster", "join", "--secret", "s", "--control", m.socket("b"), "--memory", "140M"], env(ab.a)),
+    m.spawn("a", ["cluster", "join", "--secret", "s", "--control", m.socket("a"), "--name", "a", "--memory", "140M"], env(ab.b)),
+    m.spawn("b", ["cluster", "join", "--secret", "s", "--control", m.socket("b"), "--name", "b", "--memory", "140M"], env(ab.a)),
   ];
   try {
     const view = m.status("a", ["--wait-members", "2", "--wait", "60", "-m", model, ...speeds]);

@@ -16,6 +16,7 @@
 #include <string>
 #include <thread>
 
+#include "loom/cli/cluster_common.h"
 #include "loom/cli/commands.h"
 #include "loom/cli/common.h"
 #include "loom/cluster/cost_model.h"
@@ -41,6 +42,7 @@ struct JoinOptions {
   bool no_probe = false;
   bool quiet = false;
   std::string memory;  // offered memory, e.g. "64G"; "" = what is available
+  std::string name;    // shown to people; "" = the host name
 };
 
 StatusOr<std::string> ReadSecret(const std::string& secret, const std::string& file) {
@@ -99,6 +101,7 @@ int Join(const JoinOptions& o) {
   }
   if (!o.quiet) std::fprintf(stderr, "cluster: measuring this machine...\n");
   cluster::Facts facts = cluster::MeasureMachine(max_memory);
+  if (!o.name.empty()) facts.name = o.name;
   boost::asio::io_context io;
   auto daemon = cluster::Daemon::Create(io, std::move(d), std::move(facts));
   if (!daemon.ok()) return Fail("cluster join", daemon.status());
@@ -116,8 +119,7 @@ struct StatusOptions {
   std::string model;
   int wait_members = 0;
   double wait_s = 30;
-  double decode_gbs = 0;     // instead of measuring the model here
-  double prompt_gflops = 0;
+  PlanSpeeds speeds;
 };
 
 std::string Gib(uint64_t bytes) {
@@ -126,7 +128,8 @@ std::string Gib(uint64_t bytes) {
   return buf;
 }
 
-// Whether every pair of the view's members has a measured link and no probe is pending.
+}  // namespace
+
 bool Settled(const json& v) {
   const size_t n = v["members"].size();
   return v["fastest"].size() == n * (n - 1) / 2 && !v["probing"].get<bool>() &&
@@ -136,8 +139,8 @@ bool Settled(const json& v) {
 // The cost model's prediction for this pod: equal ranks at the slowest member's speed and memory,
 // joined by the slowest of the fastest links.  The decode speed is measured here with the model's
 // kernels and scaled by each member's measured memory bandwidth.
-StatusOr<json> PlanFor(const StatusOptions& o, const json& v) {
-  const std::string& model_path = o.model;
+StatusOr<json> PlanFor(const std::string& model_path, const json& v, const PlanSpeeds& o,
+                       bool quiet) {
   LOOM_ASSIGN_OR_RETURN(auto file, model::OpenModel(model_path));
   const json& members = v["members"];
   // Members on one host (one boot id) share its memory bus and its available memory.
@@ -171,7 +174,7 @@ StatusOr<json> PlanFor(const StatusOptions& o, const json& v) {
     in.rank.decode_bytes_per_s = in.rank.decode_bytes_per_s_shared = o.decode_gbs * 1e9;
     in.rank.prompt_flops = o.prompt_gflops * 1e9;
   } else {
-    if (!o.json) std::fprintf(stderr, "cluster status: measuring this machine with the model...\n");
+    if (!quiet) std::fprintf(stderr, "cluster: measuring this machine with the model...\n");
     LOOM_ASSIGN_OR_RETURN(in.rank, cluster::Calibrate(*file, ranks_on_host));
     if (self_bw > 0 && min_bw > 0 && min_bw < self_bw) {
       in.rank.decode_bytes_per_s *= min_bw / self_bw;
@@ -211,9 +214,39 @@ StatusOr<json> PlanFor(const StatusOptions& o, const json& v) {
     }
     out["plans"].push_back(e);
   }
-  if (best != nullptr) out["pick"] = {{"tp", best->tp}, {"pp", best->pp}};
+  if (best != nullptr) {
+    out["pick"] = {{"tp", best->tp},
+                   {"pp", best->pp},
+                   {"decode_tokens_per_s", best->decode_tokens_per_s},
+                   {"prompt_tokens_per_s", best->prompt_tokens_per_s}};
+  }
   return out;
 }
+
+StatusOr<json> WaitForView(const std::string& path, int wait_members, double wait_s) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(wait_s);
+  auto v = cluster::QueryDaemon(path, 5);
+  // While waiting, a daemon that is still starting (no socket yet) is waited for too.
+  while (!v.ok() && wait_members > 0 && v.status().code() == StatusCode::kUnavailable &&
+         std::chrono::steady_clock::now() < end) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    v = cluster::QueryDaemon(path, 5);
+  }
+  if (!v.ok() || wait_members <= 0) return v;
+  while (!((*v)["members"].size() >= static_cast<size_t>(wait_members) && Settled(*v))) {
+    if (std::chrono::steady_clock::now() > end) {
+      return DeadlineExceededError("waited ", wait_s, " s for ", wait_members,
+                                   " members with measured links; have ", (*v)["members"].size(),
+                                   " members, ", (*v)["fastest"].size(), " links");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    v = cluster::QueryDaemon(path, 5);
+    if (!v.ok()) return v;
+  }
+  return v;
+}
+
+namespace {
 
 void PrintText(const json& v, const json* plan) {
   const json& members = v["members"];
@@ -287,32 +320,11 @@ void PrintText(const json& v, const json* plan) {
 
 int ClusterStatus(const StatusOptions& o) {
   const std::string path = o.control.empty() ? cluster::DefaultControlPath() : o.control;
-  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(o.wait_s);
-  auto v = cluster::QueryDaemon(path, 5);
-  // While waiting, a daemon that is still starting (no socket yet) is waited for too.
-  while (!v.ok() && o.wait_members > 0 && v.status().code() == StatusCode::kUnavailable &&
-         std::chrono::steady_clock::now() < end) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    v = cluster::QueryDaemon(path, 5);
-  }
+  auto v = WaitForView(path, o.wait_members, o.wait_s);
   if (!v.ok()) return Fail("cluster status", v.status());
-  if (o.wait_members > 0) {
-    while (!((*v)["members"].size() >= static_cast<size_t>(o.wait_members) && Settled(*v))) {
-      if (std::chrono::steady_clock::now() > end) {
-        return Fail("cluster status",
-                    DeadlineExceededError("waited ", o.wait_s, " s for ", o.wait_members,
-                                          " members with measured links; have ",
-                                          (*v)["members"].size(), " members, ",
-                                          (*v)["fastest"].size(), " links"));
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      v = cluster::QueryDaemon(path, 5);
-      if (!v.ok()) return Fail("cluster status", v.status());
-    }
-  }
   json plan;
   if (!o.model.empty()) {
-    auto p = PlanFor(o, *v);
+    auto p = PlanFor(o.model, *v, o.speeds, o.json);
     if (!p.ok()) return Fail("cluster status", p.status());
     plan = std::move(*p);
     (*v)["plan"] = plan;
@@ -358,6 +370,10 @@ void AddClusterCommand(CLI::App& app, Action* action) {
                    "has left")
       ->capture_default_str()
       ->check(CLI::Range(0.2, 600.0));
+  join->add_option("--name", j->name, "This member's name in status and logs (default: host name)")
+      ->check([](const std::string& v) {
+        return v.empty() || v.size() > 64 ? std::string("1 to 64 characters") : std::string();
+      });
   join->add_option("--memory", j->memory,
                    "Memory this machine lends the pod, e.g. 48G (default: all that is available)");
   join->add_flag("--no-probe", j->no_probe, "Do not measure links");
@@ -371,9 +387,9 @@ void AddClusterCommand(CLI::App& app, Action* action) {
   status->add_flag("--json", s->json, "Print one JSON object (the daemon's view, version 1)");
   status->add_option("-m,--model", s->model,
                      "Also predict every split of this model over the members (cost model)");
-  status->add_option("--decode-gbs", s->decode_gbs,
+  status->add_option("--decode-gbs", s->speeds.decode_gbs,
                      "With -m: weight GB/s of one rank's decode (default: measured here)");
-  status->add_option("--prompt-gflops", s->prompt_gflops,
+  status->add_option("--prompt-gflops", s->speeds.prompt_gflops,
                      "With -m: GFLOP/s of one rank's batched products (default: measured here)");
   status->add_option("--wait-members", s->wait_members,
                      "First wait until this many members are up and their links measured")
@@ -381,6 +397,8 @@ void AddClusterCommand(CLI::App& app, Action* action) {
   status->add_option("--wait", s->wait_s, "Give up waiting after this many seconds")
       ->capture_default_str();
   status->callback([s, action] { *action = [s] { return ClusterStatus(*s); }; });
+
+  AddClusterRunCommand(*cluster, action);
 }
 
 }  // namespace loom::cli

@@ -2,6 +2,8 @@
 // heartbeats and departures.
 #include "loom/cluster/daemon.h"
 
+#include <algorithm>
+
 #include <boost/asio/ip/multicast.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/read.hpp>
@@ -167,6 +169,8 @@ void Daemon::Impl::Stop() {
   probe_timer_.cancel();
   const std::set<ConnPtr> all = conns_;
   for (const ConnPtr& c : all) Close(c, "this daemon is stopping");
+  StopRanks([](const LocalRank&) { return true; }, "this daemon is stopping");
+  launches_.clear();
 }
 
 // ---- announcements ----
@@ -481,6 +485,33 @@ Status Daemon::Impl::OnSessionFrame(const ConnPtr& c, const Envelope& e) {
       OnProbeBusy(c, probe);
       return OkStatus();
     }
+    case MessageType::kRankReserve: {
+      LOOM_ASSIGN_OR_RETURN(RankReserve m, DecodeRankReserve(e));
+      OnRankReserve(c, m);
+      return OkStatus();
+    }
+    case MessageType::kRankReserved: {
+      LOOM_ASSIGN_OR_RETURN(RankReserved m, DecodeRankReserved(e));
+      OnRankReserved(c, m);
+      return OkStatus();
+    }
+    case MessageType::kRankStart: {
+      LOOM_ASSIGN_OR_RETURN(RankStart m, DecodeRankStart(e));
+      OnRankStart(c, m);
+      return OkStatus();
+    }
+    case MessageType::kRankExit: {
+      LOOM_ASSIGN_OR_RETURN(RankExit m, DecodeRankExit(e));
+      OnRankExit(c, m);
+      return OkStatus();
+    }
+    case MessageType::kRankStop: {
+      LOOM_ASSIGN_OR_RETURN(uint64_t launch, DecodeRankStop(e));
+      const MemberId from = c->peer_id;
+      StopRanks([&](const LocalRank& r) { return r.launch == launch && r.requester == from; },
+                "stopped by the member that started it");
+      return OkStatus();
+    }
     default:
       return DataLossError("cluster: unexpected ", MessageTypeName(e.type), " from ", c->label());
   }
@@ -564,6 +595,16 @@ void Daemon::Impl::Close(const ConnPtr& c, const std::string& why) {
   });
   Log(StrCat("member ", c->peer_name, " (", ShortId(c->peer_id), ") left: ", why, " (",
              up_.size() + 1, " members)"));
+  // Its ranks here have no one to report to; launches waiting for it cannot start.
+  const MemberId gone = c->peer_id;
+  StopRanks([&](const LocalRank& r) { return r.requester == gone; }, "its member left");
+  std::vector<uint64_t> waiting;
+  for (const auto& [id, l] : launches_) {
+    if (!l.started && std::find(l.members.begin(), l.members.end(), gone) != l.members.end()) {
+      waiting.push_back(id);
+    }
+  }
+  for (uint64_t id : waiting) FailLaunch(id, StrCat("member ", c->peer_name, " left"));
 }
 
 void Daemon::Impl::Tick() {
@@ -579,6 +620,7 @@ void Daemon::Impl::Tick() {
     }
   }
   DialStaticPeers();
+  ReapRanks();
   heartbeat_timer_.expires_after(Ms(opt_.heartbeat_s));
   heartbeat_timer_.async_wait([this](const boost::system::error_code& ec) {
     if (!ec) Tick();

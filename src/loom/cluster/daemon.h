@@ -72,6 +72,15 @@ class Daemon {
 // `loom cluster status`: asks the daemon at `control_path` for its view.
 StatusOr<nlohmann::json> QueryDaemon(const std::string& control_path, double timeout_s);
 
+// `loom cluster run`: asks the daemon to start ranks 1..N-1 of a pod on `members` (ids, rank
+// order; the first is the daemon's own member, whose rank 0 the caller runs, listening on
+// `port`) with `args` ("run" or "serve" and options).  Returns rank 0's group: {group_id,
+// secret, peers}.
+StatusOr<nlohmann::json> RequestLaunch(const std::string& control_path,
+                                       const std::vector<std::string>& members,
+                                       const std::vector<std::string>& args, int port,
+                                       double timeout_s);
+
 // $LOOM_CLUSTER_SOCKET, else $XDG_RUNTIME_DIR/loom-cluster.sock, else /tmp/loom-cluster-UID.sock.
 std::string DefaultControlPath();
 

@@ -17,6 +17,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ip/udp.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/steady_timer.hpp>
 
 #include "loom/cluster/daemon.h"
@@ -69,6 +70,33 @@ struct PendingProbe {
   std::string my_host, peer_host, interface;
   Clock::time_point not_before{};
   int attempts = 0;
+};
+
+using ControlSocket = std::shared_ptr<asio::local::stream_protocol::socket>;
+
+// A launch this daemon coordinates for a local `loom cluster run` (which runs rank 0 itself).
+struct Launch {
+  uint64_t id = 0;
+  ControlSocket client;            // the command waiting for the peers of rank 0
+  std::vector<MemberId> members;   // per rank; [0] is this daemon
+  std::vector<uint16_t> ports;     // per rank's listener; [0] the command's own
+  std::vector<std::string> args;   // "run" or "serve" and its options
+  std::string group_id;
+  int reserved = 1;                // ranks with a port
+  int exited = 0;
+  bool started = false;
+  Clock::time_point deadline{};
+};
+
+// A rank this daemon runs for another member's launch.
+struct LocalRank {
+  uint64_t launch = 0;
+  uint16_t rank = 0;
+  MemberId requester{};
+  base::Fd listener;  // 0.0.0.0:port, handed to the rank
+  int pid = -1;
+  std::shared_ptr<asio::posix::stream_descriptor> output;  // the rank's stdout and stderr
+  std::string partial, last_line;
 };
 
 class Daemon::Impl {
@@ -153,8 +181,25 @@ class Daemon::Impl {
   void OnProbeDone(bool initiator, StatusOr<LinkProbeResult> result);
   void RunWorker(LinkProbeSpec spec, base::Fd listener, bool initiator);
 
+  std::map<uint64_t, Launch> launches_;
+  std::map<std::pair<uint64_t, uint16_t>, LocalRank> ranks_;
+
+  // daemon_ranks.cc
+  void OnLaunchRequest(const ControlSocket& client, const nlohmann::json& request);
+  void FailLaunch(uint64_t id, const std::string& why);
+  void OnRankReserve(const ConnPtr& c, const RankReserve& m);
+  void OnRankReserved(const ConnPtr& c, const RankReserved& m);
+  void OnRankStart(const ConnPtr& c, const RankStart& m);
+  void OnRankExit(const ConnPtr& c, const RankExit& m);
+  void StopRanks(const std::function<bool(const LocalRank&)>& which, const std::string& why);
+  void ReapRanks();
+  void ReadRankOutput(std::pair<uint64_t, uint16_t> key);
+  std::string AddressOf(const MemberId& from, const MemberId& to) const;
+  std::string GroupSecret(uint64_t launch) const;
+
   // daemon_view.cc
   void AcceptControl();
+  void Reply(const ControlSocket& client, const nlohmann::json& reply);
 };
 
 }  // namespace loom::cluster

@@ -121,28 +121,37 @@ void Daemon::Impl::AcceptControl() {
   control_.async_accept(*socket, [this, socket](const boost::system::error_code& ec) {
     if (stopped_) return;
     if (!ec) {
-      auto buf = std::make_shared<asio::streambuf>(4096);
+      auto buf = std::make_shared<asio::streambuf>(1 << 20);
       asio::async_read_until(*socket, *buf, '\n',
                              [this, socket, buf](const boost::system::error_code& ec, size_t n) {
         if (ec || stopped_) return;
         std::string line(asio::buffers_begin(buf->data()), asio::buffers_begin(buf->data()) + n);
         while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
-        json reply = line == "status"
-                         ? View()
-                         : json{{"v", 1}, {"error", StrCat("unknown command '", line, "'")}};
-        auto text = std::make_shared<std::string>(reply.dump() + "\n");
-        asio::async_write(*socket, asio::buffer(*text),
-                          [socket, text](const boost::system::error_code&, size_t) {
-          boost::system::error_code e2;
-          socket->close(e2);
-        });
+        if (line == "status") return Reply(socket, View());
+        if (line.rfind("launch ", 0) == 0) {
+          const json request = json::parse(line.substr(7), nullptr, /*allow_exceptions=*/false);
+          return OnLaunchRequest(socket, request);
+        }
+        Reply(socket, {{"v", 1}, {"error", StrCat("unknown command '", line.substr(0, 64), "'")}});
       });
     }
     AcceptControl();
   });
 }
 
-StatusOr<json> QueryDaemon(const std::string& control_path, double timeout_s) {
+void Daemon::Impl::Reply(const ControlSocket& client, const json& reply) {
+  auto text = std::make_shared<std::string>(reply.dump() + "\n");
+  asio::async_write(*client, asio::buffer(*text),
+                    [client, text](const boost::system::error_code&, size_t) {
+    boost::system::error_code ec;
+    client->close(ec);
+  });
+}
+
+namespace {
+
+// One command line to the daemon's control socket, one JSON document back.
+StatusOr<json> Ask(const std::string& control_path, const std::string& command, double timeout_s) {
   sockaddr_un addr{};
   if (control_path.size() >= sizeof(addr.sun_path)) {
     return InvalidArgumentError("cluster: control socket path is too long: ", control_path);
@@ -155,21 +164,31 @@ StatusOr<json> QueryDaemon(const std::string& control_path, double timeout_s) {
     return UnavailableError("cluster: no daemon answers at ", control_path, " (",
                             std::strerror(errno), "); start one with `loom cluster join`");
   }
-  static constexpr std::string_view kCommand = "status\n";
-  if (::write(fd.get(), kCommand.data(), kCommand.size()) != static_cast<ssize_t>(kCommand.size())) {
-    return UnavailableError("cluster: writing to ", control_path, ": ", std::strerror(errno));
+  const std::string line = command + "\n";
+  size_t sent = 0;
+  while (sent < line.size()) {
+    const ssize_t n = ::write(fd.get(), line.data() + sent, line.size() - sent);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      return UnavailableError("cluster: writing to ", control_path, ": ", std::strerror(errno));
+    }
+    sent += static_cast<size_t>(n);
   }
   std::string text;
   char buf[65536];
-  const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1e3));
+  const auto deadline =
+      Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1e3));
   while (true) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     if (left.count() <= 0) return DeadlineExceededError("cluster: the daemon did not answer");
     pollfd p{fd.get(), POLLIN, 0};
     if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
     const ssize_t n = ::read(fd.get(), buf, sizeof(buf));
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return UnavailableError("cluster: reading ", control_path, ": ", std::strerror(errno));
+    if (n < 0) {
+      return UnavailableError("cluster: reading ", control_path, ": ", std::strerror(errno));
+    }
     if (n == 0) break;
     text.append(buf, static_cast<size_t>(n));
     if (text.size() > (size_t{64} << 20)) return DataLossError("cluster: the answer is too long");
@@ -178,8 +197,25 @@ StatusOr<json> QueryDaemon(const std::string& control_path, double timeout_s) {
   if (out.is_discarded() || !out.is_object()) {
     return DataLossError("cluster: the daemon's answer is not JSON");
   }
-  if (out.contains("error")) return InternalError("cluster: ", out["error"].dump());
+  if (out.contains("error")) {
+    return FailedPreconditionError("cluster: ", out["error"].is_string()
+                                                    ? out["error"].get<std::string>()
+                                                    : out["error"].dump());
+  }
   return out;
+}
+
+}  // namespace
+
+StatusOr<json> QueryDaemon(const std::string& control_path, double timeout_s) {
+  return Ask(control_path, "status", timeout_s);
+}
+
+StatusOr<json> RequestLaunch(const std::string& control_path,
+                             const std::vector<std::string>& members,
+                             const std::vector<std::string>& args, int port, double timeout_s) {
+  const json request = {{"members", members}, {"args", args}, {"port", port}};
+  return Ask(control_path, "launch " + request.dump(), timeout_s);
 }
 
 std::string DefaultControlPath() {

@@ -37,6 +37,12 @@ class Writer {
     Put<uint16_t>(static_cast<uint16_t>(s.size()));
     bytes_.insert(bytes_.end(), s.begin(), s.end());
   }
+  // Long strings (command-line arguments): u32 length, cut at kMaxArgBytes.
+  void LongStr(std::string_view s) {
+    if (static_cast<int64_t>(s.size()) > kMaxArgBytes) s = s.substr(0, kMaxArgBytes);
+    Put<uint32_t>(static_cast<uint32_t>(s.size()));
+    bytes_.insert(bytes_.end(), s.begin(), s.end());
+  }
   std::vector<uint8_t> Take() { return std::move(bytes_); }
 
  private:
@@ -74,9 +80,19 @@ class Reader {
     }
     return OkStatus();
   }
-  Status Count(std::string_view field, uint16_t* n) {
+  Status Count(std::string_view field, uint16_t* n, int64_t max = kMaxListItems) {
     LOOM_RETURN_IF_ERROR(Get(field, n));
-    if (*n > kMaxListItems) return Bad(field, "lists ", *n, " items (at most ", kMaxListItems, ")");
+    if (*n > max) return Bad(field, "lists ", *n, " items (at most ", max, ")");
+    return OkStatus();
+  }
+  Status LongStr(std::string_view field, std::string* out) {
+    uint32_t n = 0;
+    LOOM_RETURN_IF_ERROR(Get(field, &n));
+    if (n > kMaxArgBytes) return Bad(field, "is ", n, " bytes long (at most ", kMaxArgBytes, ")");
+    LOOM_RETURN_IF_ERROR(Need(field, n));
+    out->assign(reinterpret_cast<const char*>(bytes_.data() + at_), n);
+    at_ += n;
+    if (out->find('\0') != std::string::npos) return Bad(field, "holds a NUL byte");
     return OkStatus();
   }
   Status Finite(std::string_view field, double* v) {
@@ -141,6 +157,11 @@ bool KnownType(uint16_t t) {
     case MessageType::kProbeBusy:
     case MessageType::kLinks:
     case MessageType::kProbeReady:
+    case MessageType::kRankReserve:
+    case MessageType::kRankReserved:
+    case MessageType::kRankStart:
+    case MessageType::kRankExit:
+    case MessageType::kRankStop:
       return true;
   }
   return false;
@@ -182,6 +203,11 @@ std::string_view MessageTypeName(MessageType type) {
     case MessageType::kProbeBusy: return "probe-busy";
     case MessageType::kLinks: return "links";
     case MessageType::kProbeReady: return "probe-ready";
+    case MessageType::kRankReserve: return "rank-reserve";
+    case MessageType::kRankReserved: return "rank-reserved";
+    case MessageType::kRankStart: return "rank-start";
+    case MessageType::kRankExit: return "rank-exit";
+    case MessageType::kRankStop: return "rank-stop";
   }
   return "unknown";
 }
@@ -307,6 +333,51 @@ std::vector<uint8_t> EncodeLinks(const Links& m, const Key& key, uint64_t seq) {
   w.Put(static_cast<uint16_t>(n));
   for (size_t i = 0; i < n; ++i) PutLink(w, m.links[i]);
   return Seal(MessageType::kLinks, seq, w.Take(), &key);
+}
+
+std::vector<uint8_t> EncodeRankReserve(const RankReserve& m, const Key& key, uint64_t seq) {
+  Writer w;
+  w.Put(m.launch);
+  w.Put(m.rank);
+  return Seal(MessageType::kRankReserve, seq, w.Take(), &key);
+}
+
+std::vector<uint8_t> EncodeRankReserved(const RankReserved& m, const Key& key, uint64_t seq) {
+  Writer w;
+  w.Put(m.launch);
+  w.Put(m.rank);
+  w.Put(m.port);
+  w.Str(m.error);
+  return Seal(MessageType::kRankReserved, seq, w.Take(), &key);
+}
+
+std::vector<uint8_t> EncodeRankStart(const RankStart& m, const Key& key, uint64_t seq) {
+  Writer w;
+  w.Put(m.launch);
+  w.Put(m.rank);
+  w.Str(m.group_id);
+  const size_t np = std::min<size_t>(m.peers.size(), kMaxListItems);
+  w.Put(static_cast<uint16_t>(np));
+  for (size_t i = 0; i < np; ++i) w.Str(m.peers[i]);
+  const size_t na = std::min<size_t>(m.args.size(), kMaxArgs);
+  w.Put(static_cast<uint16_t>(na));
+  for (size_t i = 0; i < na; ++i) w.LongStr(m.args[i]);
+  return Seal(MessageType::kRankStart, seq, w.Take(), &key);
+}
+
+std::vector<uint8_t> EncodeRankExit(const RankExit& m, const Key& key, uint64_t seq) {
+  Writer w;
+  w.Put(m.launch);
+  w.Put(m.rank);
+  w.Put(m.code);
+  w.Str(m.text);
+  return Seal(MessageType::kRankExit, seq, w.Take(), &key);
+}
+
+std::vector<uint8_t> EncodeRankStop(uint64_t launch, const Key& key, uint64_t seq) {
+  Writer w;
+  w.Put(launch);
+  return Seal(MessageType::kRankStop, seq, w.Take(), &key);
 }
 
 StatusOr<int64_t> EnvelopeSize(std::span<const uint8_t> header) {
@@ -531,6 +602,76 @@ StatusOr<Links> DecodeLinks(const Envelope& e) {
   }
   LOOM_RETURN_IF_ERROR(r.End());
   return m;
+}
+
+StatusOr<RankReserve> DecodeRankReserve(const Envelope& e) {
+  LOOM_RETURN_IF_ERROR(Expect(e, MessageType::kRankReserve));
+  Reader r(e.body, e.type);
+  RankReserve m;
+  LOOM_RETURN_IF_ERROR(r.Get("launch", &m.launch));
+  LOOM_RETURN_IF_ERROR(r.Get("rank", &m.rank));
+  LOOM_RETURN_IF_ERROR(r.End());
+  if (m.rank == 0 || m.rank >= kMaxListItems) return r.Bad("rank", "is ", m.rank, " (1-63)");
+  return m;
+}
+
+StatusOr<RankReserved> DecodeRankReserved(const Envelope& e) {
+  LOOM_RETURN_IF_ERROR(Expect(e, MessageType::kRankReserved));
+  Reader r(e.body, e.type);
+  RankReserved m;
+  LOOM_RETURN_IF_ERROR(r.Get("launch", &m.launch));
+  LOOM_RETURN_IF_ERROR(r.Get("rank", &m.rank));
+  LOOM_RETURN_IF_ERROR(r.Get("port", &m.port));
+  LOOM_RETURN_IF_ERROR(r.Str("error", &m.error));
+  LOOM_RETURN_IF_ERROR(r.End());
+  if ((m.port == 0) == m.error.empty()) return r.Bad("port", "must be set exactly when no error is");
+  return m;
+}
+
+StatusOr<RankStart> DecodeRankStart(const Envelope& e) {
+  LOOM_RETURN_IF_ERROR(Expect(e, MessageType::kRankStart));
+  Reader r(e.body, e.type);
+  RankStart m;
+  LOOM_RETURN_IF_ERROR(r.Get("launch", &m.launch));
+  LOOM_RETURN_IF_ERROR(r.Get("rank", &m.rank));
+  LOOM_RETURN_IF_ERROR(r.Str("group_id", &m.group_id));
+  uint16_t n = 0;
+  LOOM_RETURN_IF_ERROR(r.Count("peers", &n));
+  m.peers.resize(n);
+  for (auto& p : m.peers) LOOM_RETURN_IF_ERROR(r.Str("peer", &p));
+  LOOM_RETURN_IF_ERROR(r.Count("args", &n, kMaxArgs));
+  m.args.resize(n);
+  for (auto& a : m.args) LOOM_RETURN_IF_ERROR(r.LongStr("arg", &a));
+  LOOM_RETURN_IF_ERROR(r.End());
+  if (m.peers.size() < 2 || m.rank == 0 || m.rank >= m.peers.size()) {
+    return r.Bad("rank", m.rank, " is not one of ranks 1..", m.peers.size() - 1);
+  }
+  if (m.group_id.empty()) return r.Bad("group_id", "is empty");
+  if (m.args.empty() || (m.args[0] != "run" && m.args[0] != "serve")) {
+    return r.Bad("args", "must start with run or serve");
+  }
+  return m;
+}
+
+StatusOr<RankExit> DecodeRankExit(const Envelope& e) {
+  LOOM_RETURN_IF_ERROR(Expect(e, MessageType::kRankExit));
+  Reader r(e.body, e.type);
+  RankExit m;
+  LOOM_RETURN_IF_ERROR(r.Get("launch", &m.launch));
+  LOOM_RETURN_IF_ERROR(r.Get("rank", &m.rank));
+  LOOM_RETURN_IF_ERROR(r.Get("code", &m.code));
+  LOOM_RETURN_IF_ERROR(r.Str("text", &m.text));
+  LOOM_RETURN_IF_ERROR(r.End());
+  return m;
+}
+
+StatusOr<uint64_t> DecodeRankStop(const Envelope& e) {
+  LOOM_RETURN_IF_ERROR(Expect(e, MessageType::kRankStop));
+  Reader r(e.body, e.type);
+  uint64_t launch = 0;
+  LOOM_RETURN_IF_ERROR(r.Get("launch", &launch));
+  LOOM_RETURN_IF_ERROR(r.End());
+  return launch;
 }
 
 }  // namespace loom::cluster

@@ -59,6 +59,11 @@ enum class MessageType : uint16_t {
   kProbeBusy = 21,   // the receiver is measuring another link; try again later
   kLinks = 22,       // the sender's measured links (its row of the link matrix)
   kProbeReady = 23,  // "I listen as rank 0 of a two-rank group at host:port: join it"
+  kRankReserve = 30,   // "listen for rank R of launch L" (`loom cluster run`)
+  kRankReserved = 31,  // "rank R of launch L listens on port P" (or why it cannot)
+  kRankStart = 32,     // "start rank R of launch L: here are its peers and arguments"
+  kRankExit = 33,      // "rank R of launch L exited with code C"
+  kRankStop = 34,      // "stop every rank of launch L"
 };
 
 std::string_view MessageTypeName(MessageType type);
@@ -161,6 +166,38 @@ struct Links {
   std::vector<LinkMeasure> links;
 };
 
+// `loom cluster run`: the member that runs rank 0 asks the others to start the other ranks.  A
+// daemon only ever starts its own `loom` binary with `run` or `serve`, never another program.
+inline constexpr int64_t kMaxArgs = 256;
+inline constexpr int64_t kMaxArgBytes = 32 << 10;
+
+struct RankReserve {
+  uint64_t launch = 0;
+  uint16_t rank = 0;
+};
+
+struct RankReserved {
+  uint64_t launch = 0;
+  uint16_t rank = 0;
+  uint16_t port = 0;  // 0 when it cannot (error says why)
+  std::string error;
+};
+
+struct RankStart {
+  uint64_t launch = 0;
+  uint16_t rank = 0;
+  std::string group_id;
+  std::vector<std::string> peers;  // LOOM_PEERS as this rank dials them (its own: 0.0.0.0:port)
+  std::vector<std::string> args;   // after the binary: "run" or "serve", then its options
+};
+
+struct RankExit {
+  uint64_t launch = 0;
+  uint16_t rank = 0;
+  int32_t code = 0;  // exit code, or 128 + signal
+  std::string text;  // the last line it wrote, for the requester's log
+};
+
 // Encodes one envelope.  Reject is written with a zero MAC (see above).
 std::vector<uint8_t> EncodeAnnounce(const Announce& m, const Key& key, uint64_t seq);
 std::vector<uint8_t> EncodeHello(const Hello& m, const Key& key);
@@ -173,6 +210,11 @@ std::vector<uint8_t> EncodeProbeStart(const ProbeStart& m, const Key& key, uint6
 std::vector<uint8_t> EncodeProbeReady(const ProbeReady& m, const Key& key, uint64_t seq);
 std::vector<uint8_t> EncodeProbeBusy(uint64_t probe, const Key& key, uint64_t seq);
 std::vector<uint8_t> EncodeLinks(const Links& m, const Key& key, uint64_t seq);
+std::vector<uint8_t> EncodeRankReserve(const RankReserve& m, const Key& key, uint64_t seq);
+std::vector<uint8_t> EncodeRankReserved(const RankReserved& m, const Key& key, uint64_t seq);
+std::vector<uint8_t> EncodeRankStart(const RankStart& m, const Key& key, uint64_t seq);
+std::vector<uint8_t> EncodeRankExit(const RankExit& m, const Key& key, uint64_t seq);
+std::vector<uint8_t> EncodeRankStop(uint64_t launch, const Key& key, uint64_t seq);
 
 // A received envelope whose header and length were checked (the MAC is checked by Open).
 struct Envelope {
@@ -203,5 +245,10 @@ StatusOr<ProbeStart> DecodeProbeStart(const Envelope& e);
 StatusOr<ProbeReady> DecodeProbeReady(const Envelope& e);
 StatusOr<uint64_t> DecodeProbeBusy(const Envelope& e);
 StatusOr<Links> DecodeLinks(const Envelope& e);
+StatusOr<RankReserve> DecodeRankReserve(const Envelope& e);
+StatusOr<RankReserved> DecodeRankReserved(const Envelope& e);
+StatusOr<RankStart> DecodeRankStart(const Envelope& e);
+StatusOr<RankExit> DecodeRankExit(const Envelope& e);
+StatusOr<uint64_t> DecodeRankStop(const Envelope& e);
 
 }  // namespace loom::cluster

@@ -1,0 +1,255 @@
+// `loom cluster run -m MODEL [--tp T --pp P] [loom run options...]`: picks the plan the cost
+// model predicts fastest for the cluster's members and measured links (or the one given), asks
+// this machine's daemon to start the other ranks on the other members (no ssh), and runs rank 0
+// here: the output is `loom run --tp T --pp P`'s, unchanged.  After the run it prints the
+// measured generation speed next to the prediction (stderr).
+#include <CLI/CLI.hpp>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "loom/cli/cluster_common.h"
+#include "loom/cli/common.h"
+#include "loom/cluster/daemon.h"
+#include "loom/comm/tcp/socket.h"
+
+extern char** environ;
+
+namespace loom::cli {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr int kListenFd = 3;
+
+struct RunClusterOptions {
+  std::string model;
+  std::string control;
+  int tp = 0, pp = 0;  // 0: the plan's pick
+  double wait_s = 30;
+  PlanSpeeds speeds;
+  std::vector<std::string> run_args;  // everything else, for `loom run`
+};
+
+std::string SelfExe() {
+  char buf[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string("loom");
+}
+
+// The other members, fastest link from this one first.
+std::vector<json> OthersByLink(const json& view) {
+  std::vector<std::pair<double, json>> others;
+  const std::string self = view["id"];
+  for (const json& m : view["members"]) {
+    if (m["state"] == "self") continue;
+    double best = 0;
+    for (const json& l : view["fastest"]) {
+      if ((l["a"] == self && l["b"] == m["id"]) || (l["b"] == self && l["a"] == m["id"])) {
+        best = l["gbytes_per_s"].get<double>();
+      }
+    }
+    others.emplace_back(best, m);
+  }
+  std::stable_sort(others.begin(), others.end(),
+                   [](const auto& x, const auto& y) { return x.first > y.first; });
+  std::vector<json> out;
+  for (auto& [bw, m] : others) out.push_back(std::move(m));
+  return out;
+}
+
+// Runs rank 0 with `env`; stdout is the terminal's, stderr is passed through line by line and
+// the generation speed `loom run` reports is picked out of it.  Returns the exit code.
+int RunRankZero(const std::vector<std::string>& args, const std::vector<std::string>& env,
+                int listener, double* measured) {
+  int err_pipe[2];
+  if (::pipe2(err_pipe, O_CLOEXEC) != 0) return 1;
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, err_pipe[1], 2);
+  if (listener >= 0) posix_spawn_file_actions_adddup2(&actions, listener, kListenFd);
+  std::vector<std::string> argv = {SelfExe()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::vector<char*> cargv, cenv;
+  for (std::string& a : argv) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  std::vector<std::string> envs = env;
+  for (std::string& e : envs) cenv.push_back(e.data());
+  cenv.push_back(nullptr);
+  pid_t pid = -1;
+  const int err = ::posix_spawn(&pid, argv[0].c_str(), &actions, nullptr, cargv.data(),
+                                cenv.data());
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(err_pipe[1]);
+  if (err != 0) {
+    ::close(err_pipe[0]);
+    std::fprintf(stderr, "loom cluster run: cannot start rank 0: %s\n", std::strerror(err));
+    return 1;
+  }
+  // Interrupts reach rank 0 (same process group); this process only waits.
+  ::signal(SIGINT, SIG_IGN);
+  const std::regex speed("generation [0-9]+ tokens, ([0-9.]+) tokens/s");
+  std::string partial;
+  char buf[4096];
+  while (true) {
+    const ssize_t n = ::read(err_pipe[0], buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    partial.append(buf, static_cast<size_t>(n));
+    size_t nl;
+    while ((nl = partial.find('\n')) != std::string::npos) {
+      const std::string line = partial.substr(0, nl + 1);
+      std::fwrite(line.data(), 1, line.size(), stderr);
+      std::smatch m;
+      if (std::regex_search(line, m, speed)) *measured = std::stod(m[1].str());
+      partial.erase(0, nl + 1);
+    }
+  }
+  if (!partial.empty()) std::fwrite(partial.data(), 1, partial.size(), stderr);
+  ::close(err_pipe[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// Asks the daemon to start ranks 1.. on the other members and runs rank 0 here.
+int RunPod(const std::string& path, const std::vector<std::string>& members,
+           const std::vector<std::string>& args, double* measured) {
+  const int ranks = static_cast<int>(members.size());
+  int port = 0;
+  auto listener = comm::tcp::Listen("0.0.0.0", 0, &port);
+  if (!listener.ok()) return Fail("cluster run", listener.status());
+  auto group = cluster::RequestLaunch(path, members, args, port, 30);
+  if (!group.ok()) return Fail("cluster run", group.status());
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string_view v(*e);
+    if (v.rfind("LOOM_RANK=", 0) == 0 || v.rfind("LOOM_PEERS=", 0) == 0 ||
+        v.rfind("LOOM_WORLD_SIZE=", 0) == 0 || v.rfind("LOOM_GROUP_", 0) == 0 ||
+        v.rfind("LOOM_LISTEN_FD=", 0) == 0 || v.rfind("LOOM_BACKEND=", 0) == 0) {
+      continue;
+    }
+    env.emplace_back(v);
+  }
+  std::string peers;
+  for (const json& p : (*group)["peers"]) peers += (peers.empty() ? "" : ",") + p.get<std::string>();
+  env.push_back("LOOM_BACKEND=tcp");
+  env.push_back("LOOM_RANK=0");
+  env.push_back("LOOM_WORLD_SIZE=" + std::to_string(ranks));
+  env.push_back("LOOM_PEERS=" + peers);
+  env.push_back("LOOM_GROUP_ID=" + (*group)["group_id"].get<std::string>());
+  env.push_back("LOOM_GROUP_SECRET=" + (*group)["secret"].get<std::string>());
+  env.push_back("LOOM_LISTEN_FD=" + std::to_string(kListenFd));
+  return RunRankZero(args, env, listener->get(), measured);
+}
+
+
+std::vector<std::string> OwnEnvironment() {
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
+  return env;
+}
+
+int RunCluster(const RunClusterOptions& o) {
+  const std::string path = o.control.empty() ? cluster::DefaultControlPath() : o.control;
+  auto view = WaitForView(path, 1, o.wait_s);
+  if (!view.ok()) return Fail("cluster run", view.status());
+  if (!Settled(*view)) {
+    std::fprintf(stderr, "loom cluster run: waiting for the links to be measured...\n");
+    view = WaitForView(path, static_cast<int>((*view)["members"].size()), o.wait_s);
+    if (!view.ok()) return Fail("cluster run", view.status());
+  }
+  // A split given in part is completed with 1 (`--tp 2` alone is TP=2, PP=1, as for `loom run`).
+  int tp = o.tp == 0 && o.pp > 0 ? 1 : o.tp, pp = o.pp == 0 && o.tp > 0 ? 1 : o.pp;
+  double predicted = 0;
+  if (tp == 0 && pp == 0) {
+    auto plan = PlanFor(o.model, *view, o.speeds, /*quiet=*/false);
+    if (!plan.ok()) return Fail("cluster run", plan.status());
+    if (!plan->contains("pick")) {
+      return Fail("cluster run",
+                  ResourceExhaustedError("no plan fits the model on these ",
+                                         (*view)["members"].size(), " members (see `loom cluster "
+                                         "status -m`)"));
+    }
+    const json& pick = (*plan)["pick"];
+    tp = pick["tp"].get<int>();
+    pp = pick["pp"].get<int>();
+    predicted = pick["decode_tokens_per_s"].get<double>();
+  }
+  const int ranks = tp * pp;
+  const std::vector<json> others = OthersByLink(*view);
+  if (ranks - 1 > static_cast<int>(others.size())) {
+    return Fail("cluster run", InvalidArgumentError("tp ", tp, " x pp ", pp, " needs ", ranks,
+                                                    " members; the cluster has ",
+                                                    others.size() + 1));
+  }
+  std::vector<std::string> members = {(*view)["id"].get<std::string>()};
+  std::string names = (*view)["name"].get<std::string>();
+  for (int r = 1; r < ranks; ++r) {
+    members.push_back(others[r - 1]["id"]);
+    names += ", " + others[r - 1]["name"].get<std::string>();
+  }
+  std::vector<std::string> args = {"run"};
+  args.insert(args.end(), o.run_args.begin(), o.run_args.end());
+  args.insert(args.end(), {"-m", o.model, "--tp", std::to_string(tp), "--pp", std::to_string(pp)});
+  if (predicted > 0) {
+    std::fprintf(stderr, "loom cluster run: tp %d x pp %d on %s; predicted %.1f tokens/s\n", tp, pp,
+                 names.c_str(), predicted);
+  } else {
+    std::fprintf(stderr, "loom cluster run: tp %d x pp %d on %s\n", tp, pp, names.c_str());
+  }
+  double measured = 0;
+  const int code = ranks == 1 ? RunRankZero(args, OwnEnvironment(), -1, &measured)
+                              : RunPod(path, members, args, &measured);
+  if (code == 0 && measured > 0) {
+    if (predicted > 0) {
+      std::fprintf(stderr, "loom cluster run: measured %.1f tokens/s, predicted %.1f (%.0f%%)\n",
+                   measured, predicted, 100.0 * measured / predicted);
+    } else {
+      std::fprintf(stderr, "loom cluster run: measured %.1f tokens/s\n", measured);
+    }
+  }
+  return code;
+}
+
+}  // namespace
+void AddClusterRunCommand(CLI::App& cluster, std::function<int()>* action) {
+  auto o = std::make_shared<RunClusterOptions>();
+  CLI::App* run = cluster.add_subcommand(
+      "run",
+      "Run a model split over the cluster's members as the cost model predicts fastest (every "
+      "option not listed here goes to `loom run`; the model must be at the same path, or pulled "
+      "under the same name, on every member)");
+  run->add_option("-m,--model", o->model, "Model file, directory or pulled name")->required();
+  run->add_option("--tp", o->tp, "Tensor-parallel ranks (default: the plan's)")
+      ->check(CLI::Range(1, 64));
+  run->add_option("--pp", o->pp, "Pipeline stages (default: the plan's)")->check(CLI::Range(1, 64));
+  run->add_option("--control", o->control, "The daemon's Unix socket (as for join)");
+  run->add_option("--wait", o->wait_s, "Seconds to wait for the daemon and its link measurements")
+      ->capture_default_str();
+  run->add_option("--decode-gbs", o->speeds.decode_gbs,
+                  "Weight GB/s of one rank's decode for the plan (default: measured here)");
+  run->add_option("--prompt-gflops", o->speeds.prompt_gflops,
+                  "GFLOP/s of one rank's batched products for the plan (default: measured here)");
+  run->allow_extras();
+  run->callback([o, run, action] {
+    o->run_args = run->remaining();
+    *action = [o] { return RunCluster(*o); };
+  });
+}
+
+}  // namespace loom::cli
