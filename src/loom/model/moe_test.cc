@@ -15,6 +15,7 @@
 #include "loom/kernels/reference.h"
 #include "loom/model/synth.h"
 #include "loom/model/transformer.h"
+#include "loom/model/weight_copy.h"
 
 namespace loom::model {
 namespace {
@@ -315,6 +316,43 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(info.param.first == SynthArch::kMixtral ? "mixtral_" : "qwen3moe_") +
              std::string(k::Traits(info.param.second).name);
     });
+
+TEST(MoeModelTest, CopiedWeightsKeepTheExpertsMappedAndGiveTheSameLogits) {
+  const SynthModel m = MakeSynth(SynthArch::kQwen3Moe, k::DType::kQ8_0);
+  ASSERT_NE(m.file, nullptr);
+  auto mapped = BindWeights(*m.file);
+  auto copied = BindWeights(*m.file);
+  ASSERT_TRUE(mapped.ok() && copied.ok());
+  ASSERT_TRUE(CopyMatricesToMemory(&*copied).ok());
+  const LayerWeights& L = copied->layers[0];
+  EXPECT_EQ(L.exp_gate.data, mapped->layers[0].exp_gate.data);  // still the file's bytes
+  EXPECT_NE(L.router.data, mapped->layers[0].router.data);      // copied
+  const int32_t tok = 300, pos = 0, slot = 0, row = 0;
+  const Batch b{{&tok, 1}, {&pos, 1}, {&slot, 1}, {&row, 1}};
+  std::vector<std::vector<float>> logits;
+  for (const TransformerWeights* w : {&*mapped, &*copied}) {
+    base::ThreadPool pool(1);
+    auto t = Transformer::Create(*w, {}, pool);
+    ASSERT_TRUE(t.ok());
+    logits.emplace_back(static_cast<size_t>(m.file->hparams.vocab_size));
+    ASSERT_TRUE((*t)->Forward(b, logits.back().data()).ok());
+  }
+  EXPECT_EQ(logits[0], logits[1]);
+}
+
+TEST(MoeModelTest, ActiveParametersCountTheUsedShareOfTheExperts) {
+  const SynthModel m = MakeSynth(SynthArch::kQwen3Moe, k::DType::kF32, 8, 2);
+  ASSERT_NE(m.file, nullptr);
+  const HParams& hp = m.file->hparams;
+  const int64_t experts = hp.n_layers * 3 * hp.n_experts * hp.expert_ffn_dim * hp.dim;
+  int64_t all = 0;
+  for (const auto& [name, t] : m.file->tensors) all += t.elements();
+  const ParameterCounts c = CountParameters(*m.file);
+  EXPECT_EQ(c.total, all);
+  EXPECT_EQ(c.active, all - experts + experts * 2 / 8);
+  // f32: 4 bytes a value; the embedding is read one row a token.
+  EXPECT_EQ(c.active_bytes_per_token, 4 * (c.active - (hp.vocab_size - 1) * hp.dim));
+}
 
 TEST(MoeModelTest, TensorParallelShardsAreRefused) {
   const SynthModel m = MakeSynth(SynthArch::kMixtral, k::DType::kF32);
