@@ -65,21 +65,23 @@ function llama() {
   return llamaPromise;
 }
 
-// llama.cpp's greedy steps: each step's token (the top logit) and the gap to the second logit.
+// llama.cpp's greedy steps: each step's token (the top logit) and the gap to the second logit,
+// ln(p1 / p2) from its next-token probabilities (a softmax at temperature 1 of the logits; this
+// node-llama-cpp version gives probabilities, not raw logits, to controlledEvaluate).
 async function llamaSteps(file) {
   const model = await (await llama()).loadModel({ modelPath: file });
   try {
     const context = await model.createContext({ contextSize: 128, threads: 2 });
     try {
       const sequence = context.getSequence();
-      const next = { generateNext: { logits: true } };
+      const next = { generateNext: { probabilities: true } };
       let res = await sequence.controlledEvaluate([...kPrompt.slice(0, -1),
         [kPrompt[kPrompt.length - 1], next]]);
       const steps = [];
       for (let i = 0; i < kSteps; ++i) {
-        const logits = [...res[res.length - 1].next.logits.entries()];
-        logits.sort((a, b) => b[1] - a[1]);
-        const step = { token: logits[0][0], gap: logits[0][1] - logits[1][1] };
+        const probs = [...res[res.length - 1].next.probabilities.entries()];
+        probs.sort((a, b) => b[1] - a[1]);
+        const step = { token: probs[0][0], gap: Math.log(probs[0][1] / probs[1][1]) };
         steps.push(step);
         if (step.token === kEos) break;
         res = await sequence.controlledEvaluate([[step.token, next]]);
