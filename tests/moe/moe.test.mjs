@@ -136,3 +136,27 @@ for (const c of cases) {
     assert.deepEqual(pp2, tokens, `${c.name}: --pp 2 differs from one process`);
   });
 }
+
+test("loom info reports total and active parameters and bytes a token reads", async () => {
+  const file = await synth("info-qwen3moe", [...qwen3moe, "--type", "q8_0"]);
+  const info = JSON.parse(await loom(["info", "-m", file, "--json", "--tensors"]));
+  assert.equal(info.hparams.n_experts, 16);
+  assert.equal(info.hparams.n_experts_used, 4);
+  assert.equal(info.hparams.expert_ffn_dim, 64);
+  // From the tensor list: experts count 4 / 16, the embedding one row of its bytes.
+  let total = 0, active = 0, bytes = 0;
+  for (const t of info.tensors.list) {
+    const n = t.shape.reduce((a, b) => a * b, 1);
+    const share = t.name.includes("_exps.") ? 4 / 16 : 1;
+    total += n;
+    active += n * share;
+    bytes += t.name === "token_embd.weight" ? t.bytes / t.shape[0] : t.bytes * share;
+  }
+  assert.equal(info.parameters.total, total);
+  assert.equal(info.parameters.active, Math.round(active));
+  assert.equal(info.parameters.active_bytes_per_token, Math.round(bytes));
+  assert.ok(info.parameters.active < info.parameters.total / 2);
+  const text = await loom(["info", "-m", file]);
+  assert.match(text, /experts {3}16 per layer of ffn 64, 4 used per token/);
+  assert.match(text, /params {4}[0-9.]+M total, [0-9.]+M active; a token reads /);
+});
