@@ -134,7 +134,9 @@ class MoeBlockTest : public ::testing::TestWithParam<k::DType> {};
 
 TEST_P(MoeBlockTest, MatchesNaiveReferenceOnRaggedRoutings) {
   const k::DType type = GetParam();
-  const int64_t dim = 64, f = 96, n_experts = 6, used = 2;
+  // K-quant rows are whole 256-value blocks.
+  const bool kquant = k::Traits(type).block_elems == 256;
+  const int64_t dim = kquant ? 256 : 64, f = kquant ? 512 : 96, n_experts = 6, used = 2;
   const std::vector<Case> cases = {
       // Experts 4 and 5 are never chosen, expert 1 by every token; 7 tokens, some experts few.
       {type, 7, {0, 8, 0, 0, -8, -8}, "experts without tokens, one expert with all"},
@@ -175,8 +177,9 @@ TEST_P(MoeBlockTest, MatchesNaiveReferenceOnRaggedRoutings) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, MoeBlockTest,
-                         ::testing::Values(k::DType::kF32, k::DType::kF16, k::DType::kQ8_0,
-                                           k::DType::kQ4_0),
+                         ::testing::Values(k::DType::kF32, k::DType::kF16, k::DType::kBF16,
+                                           k::DType::kQ8_0, k::DType::kQ4_0, k::DType::kQ4_K,
+                                           k::DType::kQ5_K, k::DType::kQ6_K),
                          [](const auto& info) { return std::string(k::Traits(info.param).name); });
 
 TEST(RouteTopKTest, RenormalisesTheChosenProbabilities) {
