@@ -60,6 +60,7 @@ void PrintShapes() {
                 static_cast<double>(ParameterCount(s)) / 1e6);
   }
   std::printf("types: f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k (norm vectors are always f32; k-quants need rows of whole 256-value blocks)\n");
+  std::printf("archs: llama, mixtral, qwen3moe (--experts, --experts-used, --expert-ffn; the params above are dense)\n");
 }
 
 int RunSynth(const SynthCliOptions& o) {
