@@ -223,7 +223,8 @@ int main(int argc, char** argv) {
   ok &= Save(gguf, "seed-f16-tied-v2.gguf", LlamaGguf(8, 8, 2, 2, 6, DType::kF16, true, 0, 2, 8));
   ok &= Save(gguf, "seed-q8_0.gguf", LlamaGguf(32, 32, 4, 2, 4, DType::kQ8_0, false, 4, 3, 64));
   ok &= Save(gguf, "seed-q4_0.gguf", LlamaGguf(32, 32, 4, 1, 4, DType::kQ4_0, true, 0, 3, 32));
-  ok &= Save(gguf, "seed-moe-q8_0.gguf", LlamaGguf(32, 32, 4, 2, 4, DType::kQ8_0, false, 4, 3, 32, 3));
+  ok &= Save(gguf, "seed-moe-q8_0.gguf",
+             LlamaGguf(32, 32, 4, 2, 4, DType::kQ8_0, false, 4, 3, 32, 3));
   ok &= Save(gguf, "seed-metadata.gguf", MetadataGguf());
   ok &= Save(l2c, "seed-legacy-shared.bin", Llama2c(false, true));
   ok &= Save(l2c, "seed-legacy-wcls.bin", Llama2c(false, false));

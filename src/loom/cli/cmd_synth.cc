@@ -1,8 +1,9 @@
 // `loom synth --shape SHAPE --type TYPE -o FILE [--seed S] [--threads N]` writes a GGUF Llama model
 // with deterministic pseudo-random weights and a working tokenizer; `loom synth --list` prints the
 // shapes.  `--arch mixtral|qwen3moe --experts E --experts-used K [--expert-ffn F]` makes every
-// layer a mixture of experts; `--peaked` scales the weights so the next-token distribution is peaked
-// (for comparisons with other implementations).  Big models show progress (percent, MB/s) on stderr; the write is atomic.
+// layer a mixture of experts; `--peaked` scales the weights so the next-token distribution is
+// peaked (for comparisons with other implementations).  Big models show progress (percent, MB/s) on
+// stderr; the write is atomic.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -38,9 +39,11 @@ int64_t ParameterCount(const model::SynthShape& s, const model::SynthOptions* ex
   int64_t ffn = 3 * s.dim * s.ffn_dim;
   int64_t extra = 0;
   if (experts != nullptr && experts->arch != model::SynthArch::kLlama) {
-    const int64_t f = experts->arch == model::SynthArch::kMixtral ? s.ffn_dim
-                      : experts->expert_ffn_dim > 0 ? experts->expert_ffn_dim
-                                                    : s.ffn_dim / experts->n_experts_used;
+    int64_t f = s.ffn_dim;  // Mixtral
+    if (experts->arch == model::SynthArch::kQwen3Moe) {
+      f = experts->expert_ffn_dim > 0 ? experts->expert_ffn_dim
+                                      : s.ffn_dim / experts->n_experts_used;
+    }
     ffn = experts->n_experts * (3 * s.dim * f + s.dim);
     if (experts->arch == model::SynthArch::kQwen3Moe) extra = 2 * head_dim;
   }
@@ -60,7 +63,9 @@ void PrintShapes() {
                 static_cast<double>(ParameterCount(s)) / 1e6);
   }
   std::printf("types: f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k (norm vectors are always f32; k-quants need rows of whole 256-value blocks)\n");
-  std::printf("archs: llama, mixtral, qwen3moe (--experts, --experts-used, --expert-ffn; the params above are dense)\n");
+  std::printf(
+      "archs: llama, mixtral, qwen3moe (--experts, --experts-used, --expert-ffn; the params above "
+      "are dense)\n");
 }
 
 int RunSynth(const SynthCliOptions& o) {

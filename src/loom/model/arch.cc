@@ -148,7 +148,8 @@ Status BindExperts(const ModelFile& file, TransformerWeights* w) {
     // The 3-D tensors as matrices of stacked rows: (e, f, dim) -> (e * f, dim).
     LOOM_ASSIGN_OR_RETURN(const TensorInfo* gate,
                           file.Find(p + "ffn_gate_exps.weight", {e, f, hp.dim}));
-    LOOM_ASSIGN_OR_RETURN(const TensorInfo* up, file.Find(p + "ffn_up_exps.weight", {e, f, hp.dim}));
+    LOOM_ASSIGN_OR_RETURN(const TensorInfo* up,
+                          file.Find(p + "ffn_up_exps.weight", {e, f, hp.dim}));
     LOOM_ASSIGN_OR_RETURN(const TensorInfo* down,
                           file.Find(p + "ffn_down_exps.weight", {e, hp.dim, f}));
     L.exp_gate = gate->matrix();

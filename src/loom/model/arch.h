@@ -50,7 +50,7 @@ Status BindExperts(const ModelFile& file, TransformerWeights* weights);
 Status BindLlama(const ModelFile& file, TransformerWeights* weights);  // arch_llama.cc
 Status BindQwen2(const ModelFile& file, TransformerWeights* weights);  // arch_qwen2.cc
 Status BindQwen3(const ModelFile& file, TransformerWeights* weights);  // arch_qwen3.cc
-Status BindMixtral(const ModelFile& file, TransformerWeights* weights);  // arch_mixtral.cc
+Status BindMixtral(const ModelFile& file, TransformerWeights* weights);   // arch_mixtral.cc
 Status BindQwen3Moe(const ModelFile& file, TransformerWeights* weights);  // arch_qwen3moe.cc
 
 }  // namespace loom::model

@@ -23,8 +23,8 @@ namespace loom::model {
 struct LayerWeights;  // transformer.h
 
 // Routing of one token: experts(k), best first, and their weights(k) summing to one, from the
-// router's logits(n_experts).  `probs`(n_experts) is scratch (left holding the softmax).  Ties go to
-// the lower expert index.
+// router's logits(n_experts).  `probs`(n_experts) is scratch (left holding the softmax).  Ties go
+// to the lower expert index.
 void RouteTopK(const float* logits, int64_t n_experts, int64_t k, float* probs, int32_t* experts,
                float* weights);
 
@@ -34,15 +34,15 @@ struct MoeScratch {
   // Throws std::bad_alloc.
   void Allocate(const HParams& hp, int64_t max_batch);
 
-  base::AlignedBuffer<float> logits;   // (max_batch, n_experts) router logits, then probabilities
-  std::vector<int32_t> chosen;         // (max_batch, k) token i's j-th expert
-  std::vector<float> weight;           // (max_batch, k) its weight
-  std::vector<int64_t> group_begin;    // (n_experts + 1) each expert's first row of grouped work
-  std::vector<int64_t> row_of;         // (max_batch, k) grouped row of token i's j-th choice
-  base::AlignedBuffer<float> xg;       // (m, dim) the inputs, grouped by expert
-  base::AlignedBuffer<float> gate;     // (m, expert_ffn_dim) gate, then silu(gate) * up
-  base::AlignedBuffer<float> up;       // (m, expert_ffn_dim)
-  base::AlignedBuffer<float> yg;       // (m, dim) each expert's output, grouped
+  base::AlignedBuffer<float> logits;  // (max_batch, n_experts) router logits, then probabilities
+  std::vector<int32_t> chosen;        // (max_batch, k) token i's j-th expert
+  std::vector<float> weight;          // (max_batch, k) its weight
+  std::vector<int64_t> group_begin;   // (n_experts + 1) each expert's first row of grouped work
+  std::vector<int64_t> row_of;        // (max_batch, k) grouped row of token i's j-th choice
+  base::AlignedBuffer<float> xg;      // (m, dim) the inputs, grouped by expert
+  base::AlignedBuffer<float> gate;    // (m, expert_ffn_dim) gate, then silu(gate) * up
+  base::AlignedBuffer<float> up;      // (m, expert_ffn_dim)
+  base::AlignedBuffer<float> yg;      // (m, dim) each expert's output, grouped
 };
 
 // y(n, dim) = layer L's mixture of experts applied to each row of x(n, dim); n <= the scratch's

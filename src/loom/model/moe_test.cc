@@ -309,16 +309,17 @@ TEST_P(MoeModelTest, PromptBatchTokenByTokenAndPipelineStagesAgree) {
   EXPECT_GE(decisive, static_cast<int>(kPrompt.size()) - 1);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Archs, MoeModelTest,
-    ::testing::Values(std::pair{SynthArch::kMixtral, k::DType::kF32},
-                      std::pair{SynthArch::kMixtral, k::DType::kQ8_0},
-                      std::pair{SynthArch::kQwen3Moe, k::DType::kF32},
-                      std::pair{SynthArch::kQwen3Moe, k::DType::kQ4_0}),
-    [](const auto& info) {
-      return std::string(info.param.first == SynthArch::kMixtral ? "mixtral_" : "qwen3moe_") +
-             std::string(k::Traits(info.param.second).name);
-    });
+INSTANTIATE_TEST_SUITE_P(Archs, MoeModelTest,
+                         ::testing::Values(std::pair{SynthArch::kMixtral, k::DType::kF32},
+                                           std::pair{SynthArch::kMixtral, k::DType::kQ8_0},
+                                           std::pair{SynthArch::kQwen3Moe, k::DType::kF32},
+                                           std::pair{SynthArch::kQwen3Moe, k::DType::kQ4_0}),
+                         [](const auto& info) {
+                           return std::string(info.param.first == SynthArch::kMixtral
+                                                  ? "mixtral_"
+                                                  : "qwen3moe_") +
+                                  std::string(k::Traits(info.param.second).name);
+                         });
 
 TEST(MoeModelTest, CopiedWeightsKeepTheExpertsMappedAndGiveTheSameLogits) {
   const SynthModel m = MakeSynth(SynthArch::kQwen3Moe, k::DType::kQ8_0);

@@ -95,13 +95,17 @@ std::vector<PlannedTensor> PlanTensors(const SynthOptions& o) {
   const int64_t head_dim = s.dim / s.n_heads;
   const int64_t q_dim = s.n_heads * head_dim;
   const int64_t kv_dim = s.n_kv_heads * head_dim;
-  // Gains of a peaked model (0 keeps the dense synth's 0.02 everywhere, so its files are unchanged).
+  // Gains of a peaked model (0 keeps the dense synth's 0.02 everywhere, so its files are
+  // unchanged).
   const float unit = o.peaked ? kPeakedGain : 0.0f;
   const float head = o.peaked ? kPeakedHeadGain : 0.0f;
   const float router = o.peaked ? kPeakedRouterGain : 0.0f;
   std::vector<PlannedTensor> t;
   // The embedding's rows are not normalized before use: values of about kPeakedGain.
-  t.push_back({"token_embd.weight", type, {s.vocab_size, s.dim}, false,
+  t.push_back({"token_embd.weight",
+               type,
+               {s.vocab_size, s.dim},
+               false,
                unit * std::sqrt(static_cast<float>(s.dim))});
   t.push_back({"output_norm.weight", DType::kF32, {s.dim}, true});
   t.push_back({"output.weight", type, {s.vocab_size, s.dim}, false, head});

@@ -50,9 +50,9 @@ struct SynthOptions {
   SynthShape shape;
   kernels::DType type = kernels::DType::kF32;  // of every matrix (norm vectors are always f32)
   SynthArch arch = SynthArch::kLlama;
-  int64_t n_experts = 8;        // mixtures of experts only
+  int64_t n_experts = 8;  // mixtures of experts only
   int64_t n_experts_used = 2;
-  int64_t expert_ffn_dim = 0;   // qwen3moe; 0: the shape's ffn_dim / n_experts_used
+  int64_t expert_ffn_dim = 0;  // qwen3moe; 0: the shape's ffn_dim / n_experts_used
   // Weights scaled for comparisons with other implementations: matrices of standard deviation
   // kPeakedGain / sqrt(cols) (attention and experts then move the residual stream about as much as
   // the embedding, so the routing and every expert decide the tokens, while
