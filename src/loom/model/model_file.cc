@@ -161,6 +161,13 @@ Status CheckLlamaTensors(const ModelFile& m) {
     LOOM_RETURN_IF_ERROR(CheckTensor(m, p + "ffn_norm.weight", {hp.dim}));
     if (hp.is_moe()) {
       const int64_t e = hp.n_experts, f = hp.expert_ffn_dim;
+      if (m.tensors.count(p + "ffn_gate_exps.weight") == 0 &&
+          m.tensors.count(p + "ffn_gate.0.weight") != 0) {
+        return UnimplementedError(m.path, ": experts stored one tensor each ('", p,
+                                  "ffn_gate.0.weight'), as early Mixtral GGUF files did; convert "
+                                  "the model again with a current llama.cpp (stacked ",
+                                  p, "ffn_gate_exps.weight)");
+      }
       LOOM_RETURN_IF_ERROR(CheckTensor(m, p + "ffn_gate_inp.weight", {e, hp.dim}));
       LOOM_RETURN_IF_ERROR(CheckTensor(m, p + "ffn_gate_exps.weight", {e, f, hp.dim}));
       LOOM_RETURN_IF_ERROR(CheckTensor(m, p + "ffn_up_exps.weight", {e, f, hp.dim}));

@@ -13,6 +13,7 @@
 
 #include "loom/kernels/quantize.h"
 #include "loom/kernels/reference.h"
+#include "loom/model/model_test_util.h"
 #include "loom/model/synth.h"
 #include "loom/model/transformer.h"
 #include "loom/model/weight_copy.h"
@@ -424,6 +425,23 @@ TEST(MoeModelTest, BadExpertMetadataAndTensorsAreClearErrors) {
     PatchName(b, "blk.1.ffn_gate_inp.weight", "blk.1.ffn_gate_inq.weight");
     const std::string e = OpenError(b);
     EXPECT_NE(e.find("missing tensor 'blk.1.ffn_gate_inp.weight'"), std::string::npos) << e;
+  }
+  {
+    // Early Mixtral files: one tensor per expert (blk.N.ffn_gate.E.weight), no stacked ones.
+    testing::TestModelSpec spec;
+    spec.layers = 1;
+    spec.extra_metadata = [](GgufWriter& w) {
+      w.AddU32("llama.expert_count", 2);
+      w.AddU32("llama.expert_used_count", 1);
+    };
+    spec.extra_tensors = [&](GgufWriter& w) {
+      (void)w.AddTensor("blk.0.ffn_gate_inp.weight", k::DType::kF32, {2, spec.dim});
+      (void)w.AddTensor("blk.0.ffn_gate.0.weight", k::DType::kF32, {spec.ffn, spec.dim});
+    };
+    const std::string e = OpenError(testing::TestGguf(spec));
+    EXPECT_NE(e.find("experts stored one tensor each ('blk.0.ffn_gate.0.weight')"),
+              std::string::npos)
+        << e;
   }
 }
 
