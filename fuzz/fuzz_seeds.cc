@@ -25,10 +25,11 @@ struct Tensor {
   std::vector<int64_t> shape;
 };
 
-// A llama model of the given size with small weights; `tokens` > 0 adds a tokenizer.
+// A llama model of the given size with small weights; `tokens` > 0 adds a tokenizer; `experts`
+// > 0 makes its feed-forward block a mixture of that many experts, two used (Mixtral's layout).
 std::vector<std::byte> LlamaGguf(int64_t dim, int64_t ffn, int64_t heads, int64_t kv, int64_t vocab,
                                  DType type, bool tied, int tokens, uint32_t version,
-                                 int64_t alignment) {
+                                 int64_t alignment, int64_t experts = 0) {
   GgufWriter w(version);
   if (alignment != 32) (void)w.SetAlignment(alignment);
   w.AddString("general.architecture", "llama");
@@ -40,6 +41,10 @@ std::vector<std::byte> LlamaGguf(int64_t dim, int64_t ffn, int64_t heads, int64_
   w.AddU32("llama.attention.head_count_kv", static_cast<uint32_t>(kv));
   w.AddF32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
   w.AddF32("llama.rope.freq_base", 10000.0f);
+  if (experts > 0) {
+    w.AddU32("llama.expert_count", static_cast<uint32_t>(experts));
+    w.AddU32("llama.expert_used_count", 2);
+  }
   if (tokens > 0) {
     std::vector<std::string> t = {"<unk>", "<s>", "</s>"};
     std::vector<float> scores = {0, 0, 0};
@@ -69,15 +74,23 @@ std::vector<std::byte> LlamaGguf(int64_t dim, int64_t ffn, int64_t heads, int64_
   ts.push_back({"blk.0.attn_v.weight", type, {kv * hd, dim}});
   ts.push_back({"blk.0.attn_output.weight", type, {dim, heads * hd}});
   ts.push_back({"blk.0.ffn_norm.weight", DType::kF32, {dim}});
-  ts.push_back({"blk.0.ffn_gate.weight", type, {ffn, dim}});
-  ts.push_back({"blk.0.ffn_up.weight", type, {ffn, dim}});
-  ts.push_back({"blk.0.ffn_down.weight", type, {dim, ffn}});
+  if (experts > 0) {
+    ts.push_back({"blk.0.ffn_gate_inp.weight", DType::kF32, {experts, dim}});
+    ts.push_back({"blk.0.ffn_gate_exps.weight", type, {experts, ffn, dim}});
+    ts.push_back({"blk.0.ffn_up_exps.weight", type, {experts, ffn, dim}});
+    ts.push_back({"blk.0.ffn_down_exps.weight", type, {experts, dim, ffn}});
+  } else {
+    ts.push_back({"blk.0.ffn_gate.weight", type, {ffn, dim}});
+    ts.push_back({"blk.0.ffn_up.weight", type, {ffn, dim}});
+    ts.push_back({"blk.0.ffn_down.weight", type, {dim, ffn}});
+  }
   for (const Tensor& t : ts) (void)w.AddTensor(t.name, t.type, t.shape);
   std::vector<std::byte> out;
   (void)w.BeginMemory(&out);
   for (size_t i = 0; i < ts.size(); ++i) {
     const int64_t cols = ts[i].shape.back();
-    const int64_t rows = ts[i].shape.size() == 1 ? 1 : ts[i].shape[0];
+    int64_t rows = 1;  // all but the last dimension: experts are stacked matrices
+    for (size_t d = 0; d + 1 < ts[i].shape.size(); ++d) rows *= ts[i].shape[d];
     std::vector<float> x(static_cast<size_t>(cols));
     std::vector<std::byte> row(static_cast<size_t>(w.tensor_size(i) / rows));
     for (int64_t r = 0; r < rows; ++r) {
@@ -210,6 +223,8 @@ int main(int argc, char** argv) {
   ok &= Save(gguf, "seed-f16-tied-v2.gguf", LlamaGguf(8, 8, 2, 2, 6, DType::kF16, true, 0, 2, 8));
   ok &= Save(gguf, "seed-q8_0.gguf", LlamaGguf(32, 32, 4, 2, 4, DType::kQ8_0, false, 4, 3, 64));
   ok &= Save(gguf, "seed-q4_0.gguf", LlamaGguf(32, 32, 4, 1, 4, DType::kQ4_0, true, 0, 3, 32));
+  ok &= Save(gguf, "seed-moe-q8_0.gguf",
+             LlamaGguf(32, 32, 4, 2, 4, DType::kQ8_0, false, 4, 3, 32, 3));
   ok &= Save(gguf, "seed-metadata.gguf", MetadataGguf());
   ok &= Save(l2c, "seed-legacy-shared.bin", Llama2c(false, true));
   ok &= Save(l2c, "seed-legacy-wcls.bin", Llama2c(false, false));

@@ -15,6 +15,7 @@ fi
 if command -v npm >/dev/null; then
   tests/serve/install.sh
   tests/serve/install.sh tests/network
+  tests/serve/install.sh tests/moe
   tests/text/install.sh
 else
   echo "WARNING: npm is missing: the serve black-box tests will fail (install Node.js >= 20)" >&2

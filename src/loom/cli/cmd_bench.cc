@@ -68,6 +68,8 @@ double Median(std::vector<double> v) {
 // Bytes of weights one decode step reads: every tensor except the embedding table, of which it
 // reads one row (counted as nothing); a tied output head reads the table in full.
 int64_t BytesPerToken(const engine::LoadedModel& m) {
+  // A mixture of experts reads only the experts a token uses (model_file.h, CountParameters).
+  if (m.file->hparams.is_moe()) return model::CountParameters(*m.file).active_bytes_per_token;
   int64_t bytes = 0;
   for (const auto& [name, t] : m.file->tensors) {
     if (name != "token_embd.weight") bytes += t.size_bytes;

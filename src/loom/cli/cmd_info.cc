@@ -136,7 +136,14 @@ nlohmann::json ToJson(const Report& r, bool with_tensors) {
           {"factor", hp.rope_scaling.factor},
           {"original_context", hp.rope_scaling.original_context}}},
         {"tied_embeddings", hp.tied_embeddings},
+        {"n_experts", hp.n_experts},
+        {"n_experts_used", hp.n_experts_used},
+        {"expert_ffn_dim", hp.expert_ffn_dim},
     };
+    const model::ParameterCounts pc = model::CountParameters(*r.model);
+    j["parameters"] = {{"total", pc.total},
+                       {"active", pc.active},
+                       {"active_bytes_per_token", pc.active_bytes_per_token}};
     const model::TokenizerSpec& t = r.model->tokenizer;
     j["tokenizer"] = {
         {"model", t.model},
@@ -187,6 +194,15 @@ void PrintText(const Report& r, bool with_tensors) {
     std::printf("          vocab %lld, context %lld, rms eps %g, %s embeddings\n",
                 static_cast<long long>(hp.vocab_size), static_cast<long long>(hp.context_length),
                 hp.rms_eps, hp.tied_embeddings ? "tied" : "separate output");
+    if (hp.is_moe()) {
+      std::printf("experts   %lld per layer of ffn %lld, %lld used per token\n",
+                  static_cast<long long>(hp.n_experts), static_cast<long long>(hp.expert_ffn_dim),
+                  static_cast<long long>(hp.n_experts_used));
+    }
+    const model::ParameterCounts pc = model::CountParameters(*r.model);
+    std::printf("params    %.2fM total, %.2fM active; a token reads %s\n",
+                static_cast<double>(pc.total) / 1e6, static_cast<double>(pc.active) / 1e6,
+                Bytes(pc.active_bytes_per_token).c_str());
     std::printf("rope      theta %g, %s pairs, scaling %s", hp.rope_theta,
                 RopeStyleName(hp.rope_style), RopeScalingName(hp.rope_scaling.type));
     if (hp.rope_scaling.type != model::RopeScalingType::kNone) {

@@ -1,6 +1,9 @@
 // `loom synth --shape SHAPE --type TYPE -o FILE [--seed S] [--threads N]` writes a GGUF Llama model
 // with deterministic pseudo-random weights and a working tokenizer; `loom synth --list` prints the
-// shapes.  Big models show progress (percent, MB/s) on stderr; the write is atomic.
+// shapes.  `--arch mixtral|qwen3moe --experts E --experts-used K [--expert-ffn F]` makes every
+// layer a mixture of experts; `--peaked` scales the weights so the next-token distribution is
+// peaked (for comparisons with other implementations).  Big models show progress (percent, MB/s) on
+// stderr; the write is atomic.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -18,15 +21,33 @@ struct SynthCliOptions {
   std::string shape = "tiny";
   std::string type = "f32";
   std::string out;
+  std::string arch = "llama";
+  int64_t experts = 8;
+  int64_t experts_used = 2;
+  int64_t expert_ffn = 0;
+  bool peaked = false;
   uint64_t seed = 1;
   int threads = 0;
   bool list = false;
 };
 
-int64_t ParameterCount(const model::SynthShape& s) {
+// Parameters of a dense model of the shape; with `experts`, of every expert in place of the dense
+// feed-forward block (plus routers and, qwen3moe, q/k norms).
+int64_t ParameterCount(const model::SynthShape& s, const model::SynthOptions* experts = nullptr) {
   const int64_t head_dim = s.dim / s.n_heads;
   const int64_t kv = s.n_kv_heads * head_dim;
-  const int64_t per_layer = 2 * s.dim + 2 * s.dim * s.dim + 2 * kv * s.dim + 3 * s.dim * s.ffn_dim;
+  int64_t ffn = 3 * s.dim * s.ffn_dim;
+  int64_t extra = 0;
+  if (experts != nullptr && experts->arch != model::SynthArch::kLlama) {
+    int64_t f = s.ffn_dim;  // Mixtral
+    if (experts->arch == model::SynthArch::kQwen3Moe) {
+      f = experts->expert_ffn_dim > 0 ? experts->expert_ffn_dim
+                                      : s.ffn_dim / experts->n_experts_used;
+    }
+    ffn = experts->n_experts * (3 * s.dim * f + s.dim);
+    if (experts->arch == model::SynthArch::kQwen3Moe) extra = 2 * head_dim;
+  }
+  const int64_t per_layer = 2 * s.dim + 2 * s.dim * s.dim + 2 * kv * s.dim + ffn + extra;
   return 2 * s.vocab_size * s.dim + s.dim + s.n_layers * per_layer;
 }
 
@@ -42,6 +63,9 @@ void PrintShapes() {
                 static_cast<double>(ParameterCount(s)) / 1e6);
   }
   std::printf("types: f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k (norm vectors are always f32; k-quants need rows of whole 256-value blocks)\n");
+  std::printf(
+      "archs: llama, mixtral, qwen3moe (--experts, --experts-used, --expert-ffn; the params above "
+      "are dense)\n");
 }
 
 int RunSynth(const SynthCliOptions& o) {
@@ -64,9 +88,19 @@ int RunSynth(const SynthCliOptions& o) {
     std::fprintf(stderr, "loom synth: %s\n", type.status().message().c_str());
     return 2;
   }
+  StatusOr<model::SynthArch> arch = model::ParseSynthArch(o.arch);
+  if (!arch.ok()) {
+    std::fprintf(stderr, "loom synth: %s\n", arch.status().message().c_str());
+    return 2;
+  }
   model::SynthOptions options;
   options.shape = *shape;
   options.type = *type;
+  options.arch = *arch;
+  options.n_experts = o.experts;
+  options.n_experts_used = o.experts_used;
+  options.expert_ffn_dim = o.expert_ffn;
+  options.peaked = o.peaked;
   options.seed = o.seed;
   options.threads = o.threads;
   const base::Stopwatch watch;
@@ -87,10 +121,10 @@ int RunSynth(const SynthCliOptions& o) {
     std::fprintf(stderr, "\nloom synth: %s\n", s.ToString().c_str());
     return 1;
   }
-  std::fprintf(stderr, "loom synth: wrote %s (%s %.*s, %.2fM parameters, seed %llu) in %.1f s\n",
-               o.out.c_str(), std::string(kernels::Traits(*type).name).c_str(),
+  std::fprintf(stderr, "loom synth: wrote %s (%s %s %.*s, %.2fM parameters, seed %llu) in %.1f s\n",
+               o.out.c_str(), std::string(kernels::Traits(*type).name).c_str(), o.arch.c_str(),
                static_cast<int>(shape->name.size()), shape->name.data(),
-               static_cast<double>(ParameterCount(*shape)) / 1e6,
+               static_cast<double>(ParameterCount(*shape, &options)) / 1e6,
                static_cast<unsigned long long>(o.seed), watch.Seconds());
   return 0;
 }
@@ -105,6 +139,18 @@ void AddSynthCommand(CLI::App& app, Action* action) {
   sub->add_option("--type", options->type, "weight type: f32 | f16 | bf16 | q8_0 | q4_0 | q4_k | q5_k | q6_k")
       ->capture_default_str();
   sub->add_option("-o,--output", options->out, "the GGUF file to write");
+  sub->add_option("--arch", options->arch,
+                  "llama | mixtral | qwen3moe (the last two: every layer a mixture of experts)")
+      ->capture_default_str();
+  sub->add_option("--experts", options->experts, "experts per layer (mixtral, qwen3moe)")
+      ->capture_default_str();
+  sub->add_option("--experts-used", options->experts_used, "experts each token runs (top-k)")
+      ->capture_default_str();
+  sub->add_option("--expert-ffn", options->expert_ffn,
+                  "qwen3moe: each expert's feed-forward width (0: the shape's ffn / experts-used)")
+      ->capture_default_str();
+  sub->add_flag("--peaked", options->peaked,
+                "unit-gain weights and a strong output head: a peaked next-token distribution");
   sub->add_option("--seed", options->seed, "random seed (same seed, same file)")
       ->capture_default_str();
   sub->add_option("--threads", options->threads, "threads (0: one per core)")

@@ -15,6 +15,7 @@ constexpr std::array kArchs = {
     ArchInfo{"mistral", &BindLlama},  // same tensors; a sliding window caps the context at load
     ArchInfo{"qwen2", &BindQwen2},
     ArchInfo{"qwen3", &BindQwen3},
+    ArchInfo{"qwen3moe", &BindQwen3Moe},
 };
 }  // namespace
 
@@ -121,6 +122,8 @@ Status BindLlamaTensors(const ModelFile& file, TransformerWeights* w) {
     LOOM_ASSIGN_OR_RETURN(L.wo,
                           BindCols(file, p + "attn_output.weight", hp.dim, q_dim, q0, d.q_dim(), w));
     LOOM_ASSIGN_OR_RETURN(L.ffn_norm, BindVector(file, p + "ffn_norm.weight", hp.dim, w));
+    L.wo.k_leaves = kernels::SliceKLeaves(L.wo, q_dim, q0);
+    if (hp.is_moe()) continue;  // the architecture binds its experts (BindExperts)
     LOOM_ASSIGN_OR_RETURN(L.w_gate, BindRows(file, p + "ffn_gate.weight", hp.ffn_dim, hp.dim,
                                              d.ffn_begin, d.ffn_dim));
     LOOM_ASSIGN_OR_RETURN(
@@ -129,8 +132,29 @@ Status BindLlamaTensors(const ModelFile& file, TransformerWeights* w) {
                                              d.ffn_begin, d.ffn_dim, w));
     // The row-split products sum their columns in the canonical leaf tree (kernels/matmul.h), so
     // one process and tensor-parallel ranks get the same bits.
-    L.wo.k_leaves = kernels::SliceKLeaves(L.wo, q_dim, q0);
     L.w_down.k_leaves = kernels::SliceKLeaves(L.w_down, hp.ffn_dim, d.ffn_begin);
+  }
+  return OkStatus();
+}
+
+Status BindExperts(const ModelFile& file, TransformerWeights* w) {
+  const HParams& hp = w->hp;
+  const LocalDims& d = w->local;
+  const int64_t e = hp.n_experts, f = hp.expert_ffn_dim;
+  for (int64_t l = d.layer_begin; l < d.layer_end; ++l) {
+    LayerWeights& L = w->layers[static_cast<size_t>(l - d.layer_begin)];
+    const std::string p = "blk." + std::to_string(l) + ".";
+    LOOM_ASSIGN_OR_RETURN(L.router, BindMatrix(file, p + "ffn_gate_inp.weight", e, hp.dim));
+    // The 3-D tensors as matrices of stacked rows: (e, f, dim) -> (e * f, dim).
+    LOOM_ASSIGN_OR_RETURN(const TensorInfo* gate,
+                          file.Find(p + "ffn_gate_exps.weight", {e, f, hp.dim}));
+    LOOM_ASSIGN_OR_RETURN(const TensorInfo* up,
+                          file.Find(p + "ffn_up_exps.weight", {e, f, hp.dim}));
+    LOOM_ASSIGN_OR_RETURN(const TensorInfo* down,
+                          file.Find(p + "ffn_down_exps.weight", {e, hp.dim, f}));
+    L.exp_gate = gate->matrix();
+    L.exp_up = up->matrix();
+    L.exp_down = down->matrix();
   }
   return OkStatus();
 }

@@ -43,9 +43,14 @@ StatusOr<const float*> BindVectorSlice(const ModelFile& file, const std::string&
 // The Llama tensors every family member has, for the shard in weights->local (embedding, norms,
 // attention, SwiGLU, output head).
 Status BindLlamaTensors(const ModelFile& file, TransformerWeights* weights);
+// The routers and experts of a mixture-of-experts model (ffn_gate_inp, ffn_{gate,up,down}_exps),
+// for the shard's layers; BindLlamaTensors leaves the feed-forward matrices of such models unbound.
+Status BindExperts(const ModelFile& file, TransformerWeights* weights);
 
 Status BindLlama(const ModelFile& file, TransformerWeights* weights);  // arch_llama.cc
 Status BindQwen2(const ModelFile& file, TransformerWeights* weights);  // arch_qwen2.cc
 Status BindQwen3(const ModelFile& file, TransformerWeights* weights);  // arch_qwen3.cc
+Status BindMixtral(const ModelFile& file, TransformerWeights* weights);   // arch_mixtral.cc
+Status BindQwen3Moe(const ModelFile& file, TransformerWeights* weights);  // arch_qwen3moe.cc
 
 }  // namespace loom::model

@@ -112,7 +112,16 @@ Status ReadHParams(const Keys& k, const GgufFile& f, const std::string& name, HP
   LOOM_ASSIGN_OR_RETURN(hp->n_layers, k.Int(p + "block_count", std::nullopt));
   LOOM_ASSIGN_OR_RETURN(hp->n_heads, k.Int(p + "attention.head_count", std::nullopt));
   LOOM_ASSIGN_OR_RETURN(hp->n_kv_heads, k.Int(p + "attention.head_count_kv", hp->n_heads));
-  LOOM_ASSIGN_OR_RETURN(hp->ffn_dim, k.Int(p + "feed_forward_length", std::nullopt));
+  // Mixture of experts (llama.cpp's keys; Mixtral files say "llama" and carry them too).
+  LOOM_ASSIGN_OR_RETURN(hp->n_experts, k.Int(p + "expert_count", int64_t{0}));
+  LOOM_ASSIGN_OR_RETURN(hp->n_experts_used, k.Int(p + "expert_used_count", int64_t{0}));
+  std::optional<int64_t> ffn_fallback;
+  if (hp->n_experts > 0 && k.Has(p + "expert_feed_forward_length")) {
+    LOOM_ASSIGN_OR_RETURN(ffn_fallback, k.Int(p + "expert_feed_forward_length", std::nullopt));
+  }
+  LOOM_ASSIGN_OR_RETURN(hp->ffn_dim, k.Int(p + "feed_forward_length", ffn_fallback));
+  // Mixtral's experts are feed_forward_length wide; Qwen3-MoE says expert_feed_forward_length.
+  hp->expert_ffn_dim = hp->n_experts > 0 ? ffn_fallback.value_or(hp->ffn_dim) : 0;
   LOOM_ASSIGN_OR_RETURN(hp->context_length, k.Int(p + "context_length", std::nullopt));
   if (hp->n_heads <= 0) {
     return InvalidArgumentError(name, ": ", p, "attention.head_count is ", hp->n_heads,

@@ -24,11 +24,13 @@ constexpr int64_t kMaxHeads = 4096;
 constexpr int64_t kMaxHeadDim = 4096;
 constexpr int64_t kMaxVocab = int64_t{1} << 24;
 constexpr int64_t kMaxContext = int64_t{1} << 24;
+constexpr int64_t kMaxExperts = int64_t{1} << 12;
 
 // Architectures whose tensors follow the Llama layout listed in model_file.h.
 bool HasLlamaLayout(const ModelFile& m) {
   const std::string& a = m.hparams.arch;
-  return m.format == "llama2c" || a == "llama" || a == "mistral" || a == "qwen2" || a == "qwen3";
+  return m.format == "llama2c" || a == "llama" || a == "mistral" || a == "qwen2" || a == "qwen3" ||
+         a == "qwen3moe";
 }
 
 // How the file spells a hyperparameter, for error messages.
@@ -48,6 +50,9 @@ std::string KeyName(const ModelFile& m, std::string_view field) {
       {"rms_eps", "attention.layer_norm_rms_epsilon", "rms_eps", "rms_norm_eps"},
       {"rope_theta", "rope.freq_base", "rope_theta", "rope_theta"},
       {"rope_scaling", "rope.scaling.factor", "rope_scaling", "rope_scaling"},
+      {"n_experts", "expert_count", "-", "num_local_experts"},
+      {"n_experts_used", "expert_used_count", "-", "num_experts_per_tok"},
+      {"expert_ffn_dim", "expert_feed_forward_length", "-", "moe_intermediate_size"},
   };
   for (const Name& n : kNames) {
     if (n.field != field) continue;
@@ -105,6 +110,18 @@ Status CheckHParams(const ModelFile& m) {
                                 hp.rope_scaling.factor, " (original context ",
                                 hp.rope_scaling.original_context, ")");
   }
+  if (hp.n_experts != 0) {
+    LOOM_RETURN_IF_ERROR(CheckRange(m, "n_experts", hp.n_experts, 1, kMaxExperts));
+    LOOM_RETURN_IF_ERROR(CheckRange(m, "n_experts_used", hp.n_experts_used, 1, hp.n_experts));
+    LOOM_RETURN_IF_ERROR(CheckRange(m, "expert_ffn_dim", hp.expert_ffn_dim, 1, kMaxFfnDim));
+  } else if (hp.n_experts_used != 0) {
+    return InvalidArgumentError(m.path, ": ", KeyName(m, "n_experts_used"), " is ",
+                                hp.n_experts_used, " but the model has no experts (",
+                                KeyName(m, "n_experts"), " missing or 0)");
+  } else if (hp.arch == "qwen3moe") {
+    return InvalidArgumentError(m.path, ": a qwen3moe model needs ", KeyName(m, "n_experts"),
+                                " and ", KeyName(m, "n_experts_used"));
+  }
   return OkStatus();
 }
 
@@ -142,6 +159,21 @@ Status CheckLlamaTensors(const ModelFile& m) {
     LOOM_RETURN_IF_ERROR(CheckTensor(m, p + "attn_v.weight", {kv_dim, hp.dim}));
     LOOM_RETURN_IF_ERROR(CheckTensor(m, p + "attn_output.weight", {hp.dim, q_dim}));
     LOOM_RETURN_IF_ERROR(CheckTensor(m, p + "ffn_norm.weight", {hp.dim}));
+    if (hp.is_moe()) {
+      const int64_t e = hp.n_experts, f = hp.expert_ffn_dim;
+      if (m.tensors.count(p + "ffn_gate_exps.weight") == 0 &&
+          m.tensors.count(p + "ffn_gate.0.weight") != 0) {
+        return UnimplementedError(m.path, ": experts stored one tensor each ('", p,
+                                  "ffn_gate.0.weight'), as early Mixtral GGUF files did; convert "
+                                  "the model again with a current llama.cpp (stacked ",
+                                  p, "ffn_gate_exps.weight)");
+      }
+      LOOM_RETURN_IF_ERROR(CheckTensor(m, p + "ffn_gate_inp.weight", {e, hp.dim}));
+      LOOM_RETURN_IF_ERROR(CheckTensor(m, p + "ffn_gate_exps.weight", {e, f, hp.dim}));
+      LOOM_RETURN_IF_ERROR(CheckTensor(m, p + "ffn_up_exps.weight", {e, f, hp.dim}));
+      LOOM_RETURN_IF_ERROR(CheckTensor(m, p + "ffn_down_exps.weight", {e, hp.dim, f}));
+      continue;
+    }
     LOOM_RETURN_IF_ERROR(CheckTensor(m, p + "ffn_gate.weight", {hp.ffn_dim, hp.dim}));
     LOOM_RETURN_IF_ERROR(CheckTensor(m, p + "ffn_up.weight", {hp.ffn_dim, hp.dim}));
     LOOM_RETURN_IF_ERROR(CheckTensor(m, p + "ffn_down.weight", {hp.dim, hp.ffn_dim}));
@@ -219,6 +251,30 @@ int64_t ModelFile::total_tensor_bytes() const {
   int64_t total = 0;
   for (const auto& [name, t] : tensors) total += t.size_bytes + 2 * t.scales_bytes;
   return total;
+}
+
+ParameterCounts CountParameters(const ModelFile& model) {
+  const HParams& hp = model.hparams;
+  ParameterCounts c;
+  double active = 0, bytes = 0;
+  for (const auto& [name, t] : model.tensors) {
+    const int64_t n = t.elements();
+    const int64_t size = t.size_bytes + 2 * t.scales_bytes;
+    c.total += n;
+    double share = 1.0;  // of the tensor a token uses
+    if (hp.is_moe() && name.find("_exps.") != std::string::npos) {
+      share = static_cast<double>(hp.n_experts_used) / static_cast<double>(hp.n_experts);
+    }
+    active += share * static_cast<double>(n);
+    if (name == "token_embd.weight" && !hp.tied_embeddings && !t.shape.empty()) {
+      bytes += static_cast<double>(size) / static_cast<double>(t.shape[0]);
+    } else {
+      bytes += share * static_cast<double>(size);
+    }
+  }
+  c.active = static_cast<int64_t>(std::llround(active));
+  c.active_bytes_per_token = static_cast<int64_t>(std::llround(bytes));
+  return c;
 }
 
 Status ValidateModel(const ModelFile& model) {

@@ -10,6 +10,10 @@
 //   blk.N.ffn_gate.weight / ffn_up.weight (ffn_dim, dim)   blk.N.ffn_down.weight (dim, ffn_dim)
 //   Qwen2: blk.N.attn_q.bias (n_heads*head_dim), attn_k.bias / attn_v.bias (n_kv_heads*head_dim)
 //   Qwen3: blk.N.attn_q_norm.weight / attn_k_norm.weight (head_dim)
+//   Mixture of experts (Mixtral as "llama", "qwen3moe"), instead of ffn_gate/up/down:
+//     blk.N.ffn_gate_inp.weight (n_experts, dim)   the router
+//     blk.N.ffn_gate_exps.weight / ffn_up_exps.weight (n_experts, expert_ffn_dim, dim)
+//     blk.N.ffn_down_exps.weight (n_experts, dim, expert_ffn_dim)
 // Shapes here are written outermost first (rows, cols), unlike GGUF's ne[] order.
 #pragma once
 
@@ -55,6 +59,14 @@ struct HParams {
   kernels::RopeStyle rope_style = kernels::RopeStyle::kInterleaved;
   RopeScaling rope_scaling;
   bool tied_embeddings = false;  // output head reuses token_embd.weight
+  // Mixture of experts: every layer's feed-forward block is n_experts SwiGLU experts of
+  // expert_ffn_dim columns and a router; each token runs the n_experts_used experts of highest
+  // softmax probability, weighted by those probabilities renormalised to sum to one (llama.cpp's
+  // routing for Mixtral and Qwen3-MoE, see docs/moe.md).  0 experts: a dense model.
+  int64_t n_experts = 0;
+  int64_t n_experts_used = 0;
+  int64_t expert_ffn_dim = 0;
+  bool is_moe() const { return n_experts > 0; }
 };
 
 // Tokenizer data as stored with a model; the text layer builds a tokenizer from it.
@@ -120,6 +132,17 @@ struct ModelFile {
                                    const std::vector<int64_t>& expected_shape) const;
   int64_t total_tensor_bytes() const;
 };
+
+// How much of a model there is and how much one token uses.  Mixtures of experts: a token runs
+// n_experts_used of every layer's n_experts experts, so the expert tensors count that fraction.
+struct ParameterCounts {
+  int64_t total = 0;   // values in every tensor
+  int64_t active = 0;  // values a token computes with (dense models: total)
+  // Bytes a decode step reads: the active tensors' bytes, of the embedding only one row (all of
+  // it when it is also the output head).
+  int64_t active_bytes_per_token = 0;
+};
+ParameterCounts CountParameters(const ModelFile& model);
 
 // Opens a model by sniffing its format (GGUF magic, llama2.c "ak42" magic, else a plausible legacy
 // llama2.c header).  Errors name the file and the problem.  A llama2.c checkpoint carries no

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <memory>
 
 #include "loom/base/aligned_buffer.h"
@@ -76,29 +77,61 @@ void FillRow(uint64_t seed, float mean, float stddev, float* x, int64_t n) {
 struct PlannedTensor {
   std::string name;
   DType type;
-  std::vector<int64_t> shape;  // (rows, cols) or (n)
+  std::vector<int64_t> shape;  // (rows, cols), (n) or, for experts, (n_experts, rows, cols)
   bool norm;                   // a norm vector: values around 1
+  float gain = 0.0f;           // peaked models: standard deviation gain / sqrt(cols); 0: 0.02
 };
 
-std::vector<PlannedTensor> PlanTensors(const SynthShape& s, DType type) {
+bool IsMoe(const SynthOptions& o) { return o.arch != SynthArch::kLlama; }
+
+int64_t ExpertFfn(const SynthOptions& o) {
+  if (o.arch == SynthArch::kMixtral) return o.shape.ffn_dim;
+  return o.expert_ffn_dim > 0 ? o.expert_ffn_dim : o.shape.ffn_dim / o.n_experts_used;
+}
+
+std::vector<PlannedTensor> PlanTensors(const SynthOptions& o) {
+  const SynthShape& s = o.shape;
+  const DType type = o.type;
   const int64_t head_dim = s.dim / s.n_heads;
   const int64_t q_dim = s.n_heads * head_dim;
   const int64_t kv_dim = s.n_kv_heads * head_dim;
+  // Gains of a peaked model (0 keeps the dense synth's 0.02 everywhere, so its files are
+  // unchanged).
+  const float unit = o.peaked ? kPeakedGain : 0.0f;
+  const float head = o.peaked ? kPeakedHeadGain : 0.0f;
+  const float router = o.peaked ? kPeakedRouterGain : 0.0f;
   std::vector<PlannedTensor> t;
-  t.push_back({"token_embd.weight", type, {s.vocab_size, s.dim}, false});
+  // The embedding's rows are not normalized before use: values of about kPeakedGain.
+  t.push_back({"token_embd.weight",
+               type,
+               {s.vocab_size, s.dim},
+               false,
+               unit * std::sqrt(static_cast<float>(s.dim))});
   t.push_back({"output_norm.weight", DType::kF32, {s.dim}, true});
-  t.push_back({"output.weight", type, {s.vocab_size, s.dim}, false});
+  t.push_back({"output.weight", type, {s.vocab_size, s.dim}, false, head});
   for (int64_t l = 0; l < s.n_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     t.push_back({p + "attn_norm.weight", DType::kF32, {s.dim}, true});
-    t.push_back({p + "attn_q.weight", type, {q_dim, s.dim}, false});
-    t.push_back({p + "attn_k.weight", type, {kv_dim, s.dim}, false});
-    t.push_back({p + "attn_v.weight", type, {kv_dim, s.dim}, false});
-    t.push_back({p + "attn_output.weight", type, {s.dim, q_dim}, false});
+    t.push_back({p + "attn_q.weight", type, {q_dim, s.dim}, false, unit});
+    t.push_back({p + "attn_k.weight", type, {kv_dim, s.dim}, false, unit});
+    t.push_back({p + "attn_v.weight", type, {kv_dim, s.dim}, false, unit});
+    t.push_back({p + "attn_output.weight", type, {s.dim, q_dim}, false, unit});
+    if (o.arch == SynthArch::kQwen3Moe) {
+      t.push_back({p + "attn_q_norm.weight", DType::kF32, {head_dim}, true});
+      t.push_back({p + "attn_k_norm.weight", DType::kF32, {head_dim}, true});
+    }
     t.push_back({p + "ffn_norm.weight", DType::kF32, {s.dim}, true});
-    t.push_back({p + "ffn_gate.weight", type, {s.ffn_dim, s.dim}, false});
-    t.push_back({p + "ffn_up.weight", type, {s.ffn_dim, s.dim}, false});
-    t.push_back({p + "ffn_down.weight", type, {s.dim, s.ffn_dim}, false});
+    if (IsMoe(o)) {
+      const int64_t e = o.n_experts, f = ExpertFfn(o);
+      t.push_back({p + "ffn_gate_inp.weight", DType::kF32, {e, s.dim}, false, router});
+      t.push_back({p + "ffn_gate_exps.weight", type, {e, f, s.dim}, false, unit});
+      t.push_back({p + "ffn_up_exps.weight", type, {e, f, s.dim}, false, unit});
+      t.push_back({p + "ffn_down_exps.weight", type, {e, s.dim, f}, false, unit});
+      continue;
+    }
+    t.push_back({p + "ffn_gate.weight", type, {s.ffn_dim, s.dim}, false, unit});
+    t.push_back({p + "ffn_up.weight", type, {s.ffn_dim, s.dim}, false, unit});
+    t.push_back({p + "ffn_down.weight", type, {s.dim, s.ffn_dim}, false, unit});
   }
   return t;
 }
@@ -106,21 +139,33 @@ std::vector<PlannedTensor> PlanTensors(const SynthShape& s, DType type) {
 Status AddMetadata(const SynthOptions& o, GgufWriter& w) {
   const SynthShape& s = o.shape;
   LOOM_ASSIGN_OR_RETURN(TokenizerSpec vocab, SynthVocab(s.vocab_size));
-  w.AddString("general.architecture", "llama");
+  const std::string arch = o.arch == SynthArch::kQwen3Moe ? "qwen3moe" : "llama";
+  const std::string a = arch + ".";
+  w.AddString("general.architecture", arch);
   w.AddString("general.name", "loom-synth-" + std::string(s.name));
   w.AddU32("general.file_type", FileType(o.type));
   w.AddU32("general.alignment", static_cast<uint32_t>(kGgufDefaultAlignment));
   w.AddU64("loom.synth.seed", o.seed);
-  w.AddU32("llama.context_length", static_cast<uint32_t>(s.context_length));
-  w.AddU32("llama.embedding_length", static_cast<uint32_t>(s.dim));
-  w.AddU32("llama.block_count", static_cast<uint32_t>(s.n_layers));
-  w.AddU32("llama.feed_forward_length", static_cast<uint32_t>(s.ffn_dim));
-  w.AddU32("llama.rope.dimension_count", static_cast<uint32_t>(s.dim / s.n_heads));
-  w.AddU32("llama.attention.head_count", static_cast<uint32_t>(s.n_heads));
-  w.AddU32("llama.attention.head_count_kv", static_cast<uint32_t>(s.n_kv_heads));
-  w.AddF32("llama.attention.layer_norm_rms_epsilon", s.rms_eps);
-  w.AddF32("llama.rope.freq_base", s.rope_theta);
-  w.AddU32("llama.vocab_size", static_cast<uint32_t>(s.vocab_size));
+  w.AddU32(a + "context_length", static_cast<uint32_t>(s.context_length));
+  w.AddU32(a + "embedding_length", static_cast<uint32_t>(s.dim));
+  w.AddU32(a + "block_count", static_cast<uint32_t>(s.n_layers));
+  w.AddU32(a + "feed_forward_length", static_cast<uint32_t>(s.ffn_dim));
+  w.AddU32(a + "rope.dimension_count", static_cast<uint32_t>(s.dim / s.n_heads));
+  w.AddU32(a + "attention.head_count", static_cast<uint32_t>(s.n_heads));
+  w.AddU32(a + "attention.head_count_kv", static_cast<uint32_t>(s.n_kv_heads));
+  w.AddF32(a + "attention.layer_norm_rms_epsilon", s.rms_eps);
+  w.AddF32(a + "rope.freq_base", s.rope_theta);
+  w.AddU32(a + "vocab_size", static_cast<uint32_t>(s.vocab_size));
+  if (IsMoe(o)) {
+    w.AddU32(a + "expert_count", static_cast<uint32_t>(o.n_experts));
+    w.AddU32(a + "expert_used_count", static_cast<uint32_t>(o.n_experts_used));
+    if (o.arch == SynthArch::kQwen3Moe) {
+      w.AddU32(a + "attention.key_length", static_cast<uint32_t>(s.dim / s.n_heads));
+      w.AddU32(a + "attention.value_length", static_cast<uint32_t>(s.dim / s.n_heads));
+      w.AddU32(a + "expert_feed_forward_length", static_cast<uint32_t>(ExpertFfn(o)));
+    }
+  }
+  if (o.peaked) w.AddBool("loom.synth.peaked", true);
   w.AddString("tokenizer.ggml.model", vocab.model);
   w.AddStringArray("tokenizer.ggml.tokens", vocab.tokens);
   w.AddArray("tokenizer.ggml.scores", std::span<const float>(vocab.scores));
@@ -145,14 +190,34 @@ Status CheckShape(const SynthOptions& o) {
     return InvalidArgumentError("synth: shape '", s.name, "' (dim ", s.dim, ", ffn ", s.ffn_dim,
                                 ") is not a whole number of ", Traits(o.type).name, " blocks");
   }
+  if (IsMoe(o)) {
+    if (o.n_experts < 1 || o.n_experts > 4096 || o.n_experts_used < 1 ||
+        o.n_experts_used > o.n_experts) {
+      return InvalidArgumentError("synth: ", o.n_experts_used, " experts used of ", o.n_experts,
+                                  " (expected 1 <= used <= experts <= 4096)");
+    }
+    const int64_t f = ExpertFfn(o);
+    if (f <= 0 || f % block != 0) {
+      return InvalidArgumentError("synth: expert feed-forward width ", f,
+                                  " is not a positive whole number of ", Traits(o.type).name,
+                                  " blocks");
+    }
+  }
   return OkStatus();
+}
+
+// Rows of a tensor as a matrix: 1 for a vector, experts * rows for stacked experts.
+int64_t RowCount(const PlannedTensor& t) {
+  int64_t rows = 1;
+  for (size_t i = 0; i + 1 < t.shape.size(); ++i) rows *= t.shape[i];
+  return rows;
 }
 
 // Declares the model to `w`; after Begin*(), writes all tensor data.
 Status Plan(const SynthOptions& o, GgufWriter& w, std::vector<PlannedTensor>* plan) {
   LOOM_RETURN_IF_ERROR(CheckShape(o));
   LOOM_RETURN_IF_ERROR(AddMetadata(o, w));
-  *plan = PlanTensors(o.shape, o.type);
+  *plan = PlanTensors(o);
   for (const PlannedTensor& t : *plan) LOOM_RETURN_IF_ERROR(w.AddTensor(t.name, t.type, t.shape));
   return OkStatus();
 }
@@ -168,7 +233,7 @@ Status WriteData(const SynthOptions& o, const std::vector<PlannedTensor>& plan, 
   int64_t max_chunk = 0;
   for (size_t i = 0; i < plan.size(); ++i) {
     const int64_t cols = plan[i].shape.back();
-    const int64_t row_bytes = w.tensor_size(i) / (plan[i].shape.size() == 1 ? 1 : plan[i].shape[0]);
+    const int64_t row_bytes = w.tensor_size(i) / RowCount(plan[i]);
     max_cols = std::max(max_cols, cols);
     max_chunk = std::max(
         max_chunk,
@@ -180,7 +245,8 @@ Status WriteData(const SynthOptions& o, const std::vector<PlannedTensor>& plan, 
   for (size_t ti = 0; ti < plan.size(); ++ti) {
     const PlannedTensor& t = plan[ti];
     const int64_t cols = t.shape.back();
-    const int64_t n_rows = t.shape.size() == 1 ? 1 : t.shape[0];
+    const int64_t n_rows = RowCount(t);
+    const float stddev = t.gain > 0.0f ? t.gain / std::sqrt(static_cast<float>(cols)) : 0.02f;
     const int64_t row_bytes = w.tensor_size(ti) / n_rows;
     const int64_t rows_per_chunk = std::max<int64_t>(1, kChunkBytes / row_bytes);
     uint64_t tensor_state = o.seed * 0x2545F4914F6CDD1Dull + ti;
@@ -195,7 +261,7 @@ Status WriteData(const SynthOptions& o, const std::vector<PlannedTensor>& plan, 
           // Each row depends only on (seed, tensor, row): the output is the same for any thread
           // count.
           uint64_t row_state = tensor_seed ^ static_cast<uint64_t>(r0 + r) * 0x9E3779B97F4A7C15ull;
-          FillRow(SplitMix64(row_state), t.norm ? 1.0f : 0.0f, 0.02f, x, cols);
+          FillRow(SplitMix64(row_state), t.norm ? 1.0f : 0.0f, stddev, x, cols);
           kernels::QuantizeRow(t.type, x, cols, chunk.data() + r * row_bytes);
         }
       });
@@ -216,6 +282,14 @@ const SynthShape* FindSynthShape(std::string_view name) {
     if (s.name == name) return &s;
   }
   return nullptr;
+}
+
+StatusOr<SynthArch> ParseSynthArch(std::string_view text) {
+  if (text == "llama") return SynthArch::kLlama;
+  if (text == "mixtral") return SynthArch::kMixtral;
+  if (text == "qwen3moe") return SynthArch::kQwen3Moe;
+  return InvalidArgumentError("unknown synthetic architecture '", text,
+                              "' (expected llama, mixtral or qwen3moe)");
 }
 
 StatusOr<DType> ParseDType(std::string_view text) {

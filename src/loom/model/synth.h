@@ -34,14 +34,43 @@ std::span<const SynthShape> SynthShapes();
 // Null when there is no shape of that name.
 const SynthShape* FindSynthShape(std::string_view name);
 
+// What a synthetic model's layers are.  Mixtures of experts replace every layer's feed-forward
+// block by `n_experts` experts (ffn_{gate,up,down}_exps) and a router (ffn_gate_inp, always f32 as
+// llama.cpp's quantizer keeps it):
+//   kLlama     dense Llama ("llama")
+//   kMixtral   Mixtral as llama.cpp writes it: "llama" with llama.expert_count, experts of the
+//              shape's ffn_dim
+//   kQwen3Moe  "qwen3moe": Qwen3 attention (q/k norms) and experts of expert_ffn_dim columns
+enum class SynthArch : uint8_t { kLlama, kMixtral, kQwen3Moe };
+
+// Parses "llama", "mixtral", "qwen3moe".
+StatusOr<SynthArch> ParseSynthArch(std::string_view text);
+
 struct SynthOptions {
   SynthShape shape;
   kernels::DType type = kernels::DType::kF32;  // of every matrix (norm vectors are always f32)
+  SynthArch arch = SynthArch::kLlama;
+  int64_t n_experts = 8;  // mixtures of experts only
+  int64_t n_experts_used = 2;
+  int64_t expert_ffn_dim = 0;  // qwen3moe; 0: the shape's ffn_dim / n_experts_used
+  // Weights scaled for comparisons with other implementations: matrices of standard deviation
+  // kPeakedGain / sqrt(cols) (attention and experts then move the residual stream about as much as
+  // the embedding, so the routing and every expert decide the tokens, while
+  // rounding differences are not amplified from layer to layer as at gain 1), a router of
+  // kPeakedRouterGain (decisive routing) and an output head of kPeakedHeadGain (logits of standard
+  // deviation about 6: a peaked next-token distribution, so near-ties are rare); the embedding's
+  // values are about kPeakedGain.  Off: every matrix has standard deviation 0.02.
+  bool peaked = false;
   uint64_t seed = 1;
   int threads = 0;  // 0: one per available core
   // Called after each piece of tensor data is written with (bytes so far, total bytes).
   std::function<void(int64_t done, int64_t total)> progress;
 };
+
+// Gains of peaked models (SynthOptions::peaked): matrices, the output head, the router.
+inline constexpr float kPeakedGain = 0.5f;
+inline constexpr float kPeakedHeadGain = 6.0f;
+inline constexpr float kPeakedRouterGain = 2.0f;
 
 // Parses "f32", "f16", "bf16", "q8_0", "q4_0" (any case).
 StatusOr<kernels::DType> ParseDType(std::string_view text);

@@ -203,5 +203,61 @@ TEST(Synth, RejectsShapesThatDoNotFitTheBlocks) {
   EXPECT_TRUE(WriteSynthModelToMemory(o, &bytes).ok());
 }
 
+TEST(Synth, MixturesOfExpertsCarryLlamaCppsKeysAndStackedExperts) {
+  EXPECT_EQ(ParseSynthArch("mixtral").value(), SynthArch::kMixtral);
+  EXPECT_EQ(ParseSynthArch("qwen3moe").value(), SynthArch::kQwen3Moe);
+  EXPECT_FALSE(ParseSynthArch("deepseek2").ok());
+  SynthOptions o = Tiny(DType::kQ8_0);
+  o.arch = SynthArch::kQwen3Moe;
+  o.n_experts = 6;
+  o.n_experts_used = 3;
+  o.expert_ffn_dim = 32;
+  std::vector<std::byte> bytes;
+  ASSERT_TRUE(WriteSynthModelToMemory(o, &bytes).ok());
+  auto m = OpenModelFromBytes(bytes, "qwen3moe.gguf");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  const HParams& hp = (*m)->hparams;
+  EXPECT_EQ(hp.arch, "qwen3moe");
+  EXPECT_EQ(hp.n_experts, 6);
+  EXPECT_EQ(hp.n_experts_used, 3);
+  EXPECT_EQ(hp.expert_ffn_dim, 32);
+  const TensorInfo& gate = (*m)->tensors.at("blk.2.ffn_gate_exps.weight");
+  EXPECT_EQ(gate.shape, (std::vector<int64_t>{6, 32, hp.dim}));
+  EXPECT_EQ(gate.type, DType::kQ8_0);
+  EXPECT_EQ((*m)->tensors.at("blk.2.ffn_down_exps.weight").shape,
+            (std::vector<int64_t>{6, hp.dim, 32}));
+  EXPECT_EQ((*m)->tensors.at("blk.2.ffn_gate_inp.weight").type, DType::kF32);
+  EXPECT_EQ((*m)->tensors.count("blk.2.attn_q_norm.weight"), 1u);
+  EXPECT_EQ((*m)->tensors.count("blk.2.ffn_gate.weight"), 0u);
+
+  o.n_experts_used = 7;
+  Status s = WriteSynthModelToMemory(o, &bytes);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("7 experts used of 6"), std::string::npos) << s.message();
+  o.n_experts_used = 3;
+  o.expert_ffn_dim = 40;
+  s = WriteSynthModelToMemory(o, &bytes);
+  EXPECT_NE(s.message().find("expert feed-forward width 40"), std::string::npos) << s.message();
+}
+
+TEST(Synth, PeakedWeightsHaveGainScaledRowsAndAStrongHead) {
+  SynthOptions o = Tiny(DType::kF32);
+  o.peaked = true;
+  std::vector<std::byte> bytes;
+  ASSERT_TRUE(WriteSynthModelToMemory(o, &bytes).ok());
+  auto m = OpenModelFromBytes(bytes, "peaked.gguf");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  auto stddev = [&](const std::string& name) {
+    const TensorInfo& t = (*m)->tensors.at(name);
+    const float* v = reinterpret_cast<const float*>(t.data);
+    double sum = 0;
+    for (int64_t i = 0; i < t.elements(); ++i) sum += static_cast<double>(v[i]) * v[i];
+    return std::sqrt(sum / static_cast<double>(t.elements()));
+  };
+  const double cols = static_cast<double>(o.shape.dim);
+  EXPECT_NEAR(stddev("blk.0.attn_q.weight"), kPeakedGain / std::sqrt(cols), 0.01);
+  EXPECT_NEAR(stddev("output.weight"), kPeakedHeadGain / std::sqrt(cols), 0.05);
+}
+
 }  // namespace
 }  // namespace loom::model

@@ -45,6 +45,12 @@ StatusOr<LocalDims> ResolveShard(const ModelFile& file, const ShardSpec& s) {
                                 s.ffn_begin + d.ffn_dim, ") outside the model's ", hp.ffn_dim);
   }
   d.ffn_begin = s.ffn_begin;
+  if (hp.is_moe() && (d.head_begin != 0 || d.n_heads != hp.n_heads || d.ffn_begin != 0 ||
+                      d.ffn_dim != hp.ffn_dim)) {
+    return UnimplementedError(file.path,
+                              ": tensor parallelism of mixture-of-experts layers is not supported "
+                              "yet; use --pp");
+  }
   const int64_t group = hp.n_heads / hp.n_kv_heads;
   d.kv_head_begin = d.head_begin / group;
   d.n_kv_heads = (d.head_begin + d.n_heads - 1) / group + 1 - d.kv_head_begin;
@@ -63,6 +69,12 @@ StatusOr<TransformerWeights> BindWeights(const ModelFile& file, const ShardSpec&
   w.hp = file.hparams;
   LOOM_ASSIGN_OR_RETURN(w.local, ResolveShard(file, shard));
   LOOM_RETURN_IF_ERROR(arch->bind(file, &w));
+  for (const LayerWeights& l : w.layers) {
+    if (w.hp.is_moe() && l.router.data == nullptr) {
+      return UnimplementedError(file.path, ": architecture '", file.hparams.arch,
+                                "' with experts (mixture of experts) is not supported");
+    }
+  }
   return w;
 }
 
@@ -91,8 +103,12 @@ StatusOr<std::unique_ptr<Transformer>> Transformer::Create(const TransformerWeig
     t->k_ = base::AlignedBuffer<float>(n * kv_dim);
     t->v_ = base::AlignedBuffer<float>(n * kv_dim);
     t->att_ = base::AlignedBuffer<float>(n * q_dim);
-    t->hb_ = base::AlignedBuffer<float>(n * d.ffn_dim);
-    t->hb2_ = base::AlignedBuffer<float>(n * d.ffn_dim);
+    if (hp.is_moe()) {
+      t->moe_.Allocate(hp, n);
+    } else {
+      t->hb_ = base::AlignedBuffer<float>(n * d.ffn_dim);
+      t->hb2_ = base::AlignedBuffer<float>(n * d.ffn_dim);
+    }
     t->cos_sin_ = base::AlignedBuffer<float>(n * hp.head_dim);
     t->scores_ = base::AlignedBuffer<float>(static_cast<int64_t>(pool.size()) * t->ctx_);
   } catch (const std::bad_alloc&) {
@@ -210,16 +226,20 @@ Status Transformer::Layers(const Batch& batch) {
     for (int64_t i = 0; i < n; ++i) {
       k::RmsNorm(x_.data() + i * dim, L.ffn_norm, dim, hp.rms_eps, xb_.data() + i * dim);
     }
-    if (L.w_gate.type == L.w_up.type) {
-      const k::MatrixView ws[] = {L.w_gate, L.w_up};
-      float* const ys[] = {hb_.data(), hb2_.data()};
-      k::MatMulMulti(ws, xb_.data(), n, ys, ws_, pool_);
+    if (hp.is_moe()) {
+      MoeForward(hp, L, xb_.data(), n, xb_.data(), moe_, ws_, pool_);
     } else {
-      k::MatMul(L.w_gate, xb_.data(), n, hb_.data(), ws_, pool_);
-      k::MatMul(L.w_up, xb_.data(), n, hb2_.data(), ws_, pool_);
+      if (L.w_gate.type == L.w_up.type) {
+        const k::MatrixView ws[] = {L.w_gate, L.w_up};
+        float* const ys[] = {hb_.data(), hb2_.data()};
+        k::MatMulMulti(ws, xb_.data(), n, ys, ws_, pool_);
+      } else {
+        k::MatMul(L.w_gate, xb_.data(), n, hb_.data(), ws_, pool_);
+        k::MatMul(L.w_up, xb_.data(), n, hb2_.data(), ws_, pool_);
+      }
+      k::SwiGlu(hb_.data(), hb2_.data(), n * ffn, hb_.data());
+      k::MatMul(L.w_down, hb_.data(), n, xb_.data(), ws_, pool_);
     }
-    k::SwiGlu(hb_.data(), hb2_.data(), n * ffn, hb_.data());
-    k::MatMul(L.w_down, hb_.data(), n, xb_.data(), ws_, pool_);
     if (collective_ != nullptr) LOOM_RETURN_IF_ERROR(collective_->AllReduceSum(xb_.data(), n * dim));
     k::Add(xb_.data(), n * dim, x_.data());
   }

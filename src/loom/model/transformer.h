@@ -21,6 +21,7 @@
 #include "loom/model/forward_pass.h"
 #include "loom/model/kv_cache.h"
 #include "loom/model/model_file.h"
+#include "loom/model/moe.h"
 #include "loom/model/rope.h"
 
 namespace loom::model {
@@ -77,6 +78,13 @@ struct LayerWeights {
   kernels::MatrixView w_gate;        // (ffn_dim, dim)
   kernels::MatrixView w_up;          // (ffn_dim, dim)
   kernels::MatrixView w_down;        // (dim, ffn_dim)
+  // Mixture of experts (hp.is_moe(); then w_gate, w_up and w_down are empty).  The experts' 3-D
+  // tensors are one view each, experts stacked by rows: expert e is RowRange(e * f, f) of
+  // exp_gate / exp_up and RowRange(e * dim, dim) of exp_down (f = hp.expert_ffn_dim), in place.
+  kernels::MatrixView router;    // (n_experts, dim)
+  kernels::MatrixView exp_gate;  // (n_experts * expert_ffn_dim, dim)
+  kernels::MatrixView exp_up;    // (n_experts * expert_ffn_dim, dim)
+  kernels::MatrixView exp_down;  // (n_experts * dim, expert_ffn_dim)
 };
 
 // Views of a model's weights (into its ModelFile's mappings) plus f32 copies of small vectors that
@@ -162,6 +170,7 @@ class Transformer : public ForwardPass {
   base::AlignedBuffer<float> hb2_;      // (n, local ffn_dim) up
   base::AlignedBuffer<float> cos_sin_;  // (n, head_dim) rotation of each token's position
   base::AlignedBuffer<float> scores_;   // (threads, ctx) attention weights per thread
+  MoeScratch moe_;                      // mixture-of-experts models only
 };
 
 }  // namespace loom::model

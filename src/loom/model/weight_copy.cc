@@ -19,7 +19,11 @@ template <class W>
 auto Streamed(W& w) {
   std::vector<decltype(&w.output)> out;
   for (auto& l : w.layers) {
-    for (auto* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) out.push_back(m);
+    // Experts stay mapped: a token reads only its experts' pages, and a model whose experts do not
+    // fit in memory still runs.  Empty views (a mixture's dense matrices) are skipped.
+    for (auto* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down, &l.router}) {
+      if (m->data != nullptr) out.push_back(m);
+    }
   }
   if (w.local.head && w.output.data != nullptr) out.push_back(&w.output);
   return out;

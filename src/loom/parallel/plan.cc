@@ -108,6 +108,10 @@ StatusOr<ParallelPlan> MakePlan(const model::ModelFile& file, const PlanRequest&
     return InvalidArgumentError("plan: tp=", req.tp, " does not divide the ", hp.n_heads,
                                 " attention heads");
   }
+  if (hp.is_moe() && req.tp > 1) {
+    return UnimplementedError(
+        "plan: tensor parallelism of mixture-of-experts layers is not supported yet; use --pp");
+  }
   const int64_t heads = hp.n_heads / req.tp;
   const int64_t out_block = ColumnBlock(file, ".attn_output.weight");
   if ((heads * hp.head_dim) % out_block != 0) {

@@ -46,6 +46,26 @@ TEST(PlanTest, EveryLayerInExactlyOneStage) {
   EXPECT_EQ(MakePlan(*file, Req(1, 8)).status().code(), StatusCode::kInvalidArgument);
 }
 
+TEST(PlanTest, MixturesOfExpertsSplitIntoStagesButNotTensorParallelRanks) {
+  model::SynthOptions o;
+  o.shape = *model::FindSynthShape("tiny");
+  o.arch = model::SynthArch::kMixtral;
+  o.n_experts = 4;
+  o.n_experts_used = 2;
+  o.threads = 1;
+  std::vector<std::byte> bytes;
+  ASSERT_TRUE(model::WriteSynthModelToMemory(o, &bytes).ok());
+  auto file = model::OpenModelFromBytes(bytes, "mixtral.gguf");
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  auto pp = MakePlan(**file, Req(1, 2));
+  ASSERT_TRUE(pp.ok()) << pp.status().ToString();
+  EXPECT_EQ(pp->ranks.size(), 2u);
+  auto tp = MakePlan(**file, Req(2, 1));
+  ASSERT_FALSE(tp.ok());
+  EXPECT_EQ(tp.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(tp.status().message().find("use --pp"), std::string::npos);
+}
+
 TEST(PlanTest, LayersFollowStageWeightsOrExplicitCounts) {
   std::vector<std::byte> bytes;
   auto file = Uneven(kernels::DType::kF32, &bytes);

@@ -1,0 +1,120 @@
+#include "loom/model/moe.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "loom/kernels/ops.h"
+#include "loom/model/transformer.h"
+
+namespace loom::model {
+
+namespace k = loom::kernels;
+
+void RouteTopK(const float* logits, int64_t n_experts, int64_t top_k, float* probs,
+               int32_t* experts, float* weights) {
+  float max = logits[0];
+  for (int64_t e = 1; e < n_experts; ++e) max = std::max(max, logits[e]);
+  double sum = 0.0;
+  for (int64_t e = 0; e < n_experts; ++e) {
+    probs[e] = std::exp(logits[e] - max);
+    sum += probs[e];
+  }
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int64_t e = 0; e < n_experts; ++e) probs[e] *= inv;
+  // Selection by k passes (k is small: 2 for Mixtral, 8 for Qwen3-MoE).
+  for (int64_t j = 0; j < top_k; ++j) {
+    int32_t best = -1;
+    for (int64_t e = 0; e < n_experts; ++e) {
+      bool taken = false;
+      for (int64_t i = 0; i < j; ++i) taken = taken || experts[i] == e;
+      if (!taken && (best < 0 || probs[e] > probs[best])) best = static_cast<int32_t>(e);
+    }
+    experts[j] = best;
+    weights[j] = probs[best];
+  }
+  float chosen = 0.0f;
+  for (int64_t j = 0; j < top_k; ++j) chosen += weights[j];
+  for (int64_t j = 0; j < top_k; ++j) weights[j] /= chosen;
+}
+
+void MoeScratch::Allocate(const HParams& hp, int64_t max_batch) {
+  const int64_t kk = hp.n_experts_used;
+  const int64_t m = max_batch * kk;
+  logits = base::AlignedBuffer<float>(max_batch * hp.n_experts);
+  chosen.assign(static_cast<size_t>(m), 0);
+  weight.assign(static_cast<size_t>(m), 0.0f);
+  group_begin.assign(static_cast<size_t>(hp.n_experts + 1), 0);
+  row_of.assign(static_cast<size_t>(m), 0);
+  xg = base::AlignedBuffer<float>(m * hp.dim);
+  gate = base::AlignedBuffer<float>(m * hp.expert_ffn_dim);
+  up = base::AlignedBuffer<float>(m * hp.expert_ffn_dim);
+  yg = base::AlignedBuffer<float>(m * hp.dim);
+}
+
+void MoeForward(const HParams& hp, const LayerWeights& L, const float* x, int64_t n, float* y,
+                MoeScratch& s, kernels::Workspace& ws, base::ThreadPool& pool) {
+  const int64_t dim = hp.dim;
+  const int64_t n_exp = hp.n_experts;
+  const int64_t kk = hp.n_experts_used;
+  const int64_t ffn = hp.expert_ffn_dim;
+
+  // Route every token.
+  k::MatMul(L.router, x, n, s.logits.data(), ws, pool);
+  for (int64_t i = 0; i < n; ++i) {
+    float* row = s.logits.data() + i * n_exp;
+    RouteTopK(row, n_exp, kk, row, s.chosen.data() + i * kk, s.weight.data() + i * kk);
+  }
+
+  // Group the (token, choice) pairs by expert (a counting sort; tokens stay in order within an
+  // expert's group) and gather their inputs.
+  std::fill(s.group_begin.begin(), s.group_begin.end(), 0);
+  for (int64_t p = 0; p < n * kk; ++p) ++s.group_begin[static_cast<size_t>(s.chosen[p]) + 1];
+  for (int64_t e = 0; e < n_exp; ++e) s.group_begin[e + 1] += s.group_begin[e];
+  // group_begin[e] is used as expert e's fill cursor, then restored.
+  for (int64_t p = 0; p < n * kk; ++p) {
+    const int64_t r = s.group_begin[static_cast<size_t>(s.chosen[p])]++;
+    s.row_of[p] = r;
+    std::copy_n(x + (p / kk) * dim, dim, s.xg.data() + r * dim);
+  }
+  for (int64_t e = n_exp; e > 0; --e) s.group_begin[e] = s.group_begin[e - 1];
+  s.group_begin[0] = 0;
+
+  // Each chosen expert once, over its group.
+  for (int64_t e = 0; e < n_exp; ++e) {
+    const int64_t r0 = s.group_begin[e];
+    const int64_t rows = s.group_begin[e + 1] - r0;
+    if (rows == 0) continue;
+    const k::MatrixView gate = L.exp_gate.RowRange(e * ffn, ffn);
+    const k::MatrixView up = L.exp_up.RowRange(e * ffn, ffn);
+    const k::MatrixView down = L.exp_down.RowRange(e * dim, dim);
+    const float* xe = s.xg.data() + r0 * dim;
+    float* ge = s.gate.data() + r0 * ffn;
+    float* ue = s.up.data() + r0 * ffn;
+    if (gate.type == up.type) {
+      const k::MatrixView ws2[] = {gate, up};
+      float* const ys[] = {ge, ue};
+      k::MatMulMulti(ws2, xe, rows, ys, ws, pool);
+    } else {
+      k::MatMul(gate, xe, rows, ge, ws, pool);
+      k::MatMul(up, xe, rows, ue, ws, pool);
+    }
+    k::SwiGlu(ge, ue, rows * ffn, ge);
+    k::MatMul(down, ge, rows, s.yg.data() + r0 * dim, ws, pool);
+  }
+
+  // Weighted sum in each token's choice order (as llama.cpp adds its weighted experts).
+  for (int64_t i = 0; i < n; ++i) {
+    float* out = y + i * dim;
+    for (int64_t j = 0; j < kk; ++j) {
+      const float w = s.weight[i * kk + j];
+      const float* ye = s.yg.data() + s.row_of[i * kk + j] * dim;
+      if (j == 0) {
+        for (int64_t d = 0; d < dim; ++d) out[d] = w * ye[d];
+      } else {
+        for (int64_t d = 0; d < dim; ++d) out[d] += w * ye[d];
+      }
+    }
+  }
+}
+
+}  // namespace loom::model

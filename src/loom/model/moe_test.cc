@@ -1,0 +1,449 @@
+// The mixture-of-experts block against a naive per-token reference (scalar kernels, one expert at a
+// time) on ragged routings, and whole synthetic MoE models: a prompt in one batch equals token by
+// token, pipeline stages equal one process, tensor parallelism is refused, bad files are refused.
+#include "loom/model/moe.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <string_view>
+
+#include "loom/kernels/quantize.h"
+#include "loom/kernels/reference.h"
+#include "loom/model/model_test_util.h"
+#include "loom/model/synth.h"
+#include "loom/model/transformer.h"
+#include "loom/model/weight_copy.h"
+
+namespace loom::model {
+namespace {
+
+namespace k = loom::kernels;
+
+uint64_t Mix(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// Deterministic values in [-scale, scale).
+std::vector<float> Values(uint64_t seed, int64_t n, float scale) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const uint64_t r = Mix(seed * 1000003 + static_cast<uint64_t>(i));
+    v[i] = scale * (static_cast<float>(r >> 40) / static_cast<float>(1 << 24) * 2.0f - 1.0f);
+  }
+  return v;
+}
+
+// A matrix of `type` made from float values, owning its bytes.
+struct OwnedMatrix {
+  std::vector<std::byte> bytes;
+  k::MatrixView view;
+};
+
+OwnedMatrix Quantized(k::DType type, const std::vector<float>& x, int64_t rows, int64_t cols) {
+  OwnedMatrix m;
+  const int64_t row_bytes = k::RowBytes(type, cols).value();
+  m.bytes.resize(static_cast<size_t>(rows * row_bytes));
+  for (int64_t r = 0; r < rows; ++r) {
+    k::QuantizeRow(type, x.data() + r * cols, cols, m.bytes.data() + r * row_bytes);
+  }
+  m.view.type = type;
+  m.view.rows = rows;
+  m.view.cols = cols;
+  m.view.data = m.bytes.data();
+  m.view.row_stride = row_bytes;
+  return m;
+}
+
+// The reference: each token alone, its experts one by one with the scalar kernels, routing by a
+// full sort of the probabilities (ties to the lower index).
+std::vector<float> NaiveMoe(const HParams& hp, const LayerWeights& L, const std::vector<float>& x,
+                            int64_t n) {
+  const int64_t dim = hp.dim, f = hp.expert_ffn_dim;
+  std::vector<float> y(static_cast<size_t>(n * dim), 0.0f);
+  for (int64_t i = 0; i < n; ++i) {
+    const float* xi = x.data() + i * dim;
+    std::vector<float> p(static_cast<size_t>(hp.n_experts));
+    k::reference::MatMul(L.router, xi, 1, p.data());
+    k::reference::Softmax(p.data(), hp.n_experts);
+    std::vector<int> order(static_cast<size_t>(hp.n_experts));
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return p[a] > p[b]; });
+    double sum = 0;
+    for (int64_t j = 0; j < hp.n_experts_used; ++j) sum += p[order[j]];
+    for (int64_t j = 0; j < hp.n_experts_used; ++j) {
+      const int64_t e = order[j];
+      std::vector<float> g(static_cast<size_t>(f)), u(static_cast<size_t>(f)),
+          out(static_cast<size_t>(dim));
+      k::reference::MatMul(L.exp_gate.RowRange(e * f, f), xi, 1, g.data());
+      k::reference::MatMul(L.exp_up.RowRange(e * f, f), xi, 1, u.data());
+      k::reference::SwiGlu(g.data(), u.data(), f, g.data());
+      k::reference::MatMul(L.exp_down.RowRange(e * dim, dim), g.data(), 1, out.data());
+      const float w = static_cast<float>(p[e] / sum);
+      for (int64_t d = 0; d < dim; ++d) y[i * dim + d] += w * out[d];
+    }
+  }
+  return y;
+}
+
+// One layer's experts of `type`; a router whose column 0 carries a per-expert bias (the inputs have
+// x[0] = 1) so that tests can steer the routing: `bias`(n_experts).
+struct TestLayer {
+  HParams hp;
+  OwnedMatrix router, gate, up, down;
+  LayerWeights L;
+
+  TestLayer(k::DType type, int64_t dim, int64_t f, int64_t n_experts, int64_t used,
+            const std::vector<float>& bias) {
+    hp.dim = dim;
+    hp.n_experts = n_experts;
+    hp.n_experts_used = used;
+    hp.expert_ffn_dim = f;
+    std::vector<float> r = Values(1, n_experts * dim, 0.5f);
+    for (int64_t e = 0; e < n_experts; ++e) r[e * dim] = bias[e];
+    router = Quantized(k::DType::kF32, r, n_experts, dim);
+    gate = Quantized(type, Values(2, n_experts * f * dim, 0.3f), n_experts * f, dim);
+    up = Quantized(type, Values(3, n_experts * f * dim, 0.3f), n_experts * f, dim);
+    down = Quantized(type, Values(4, n_experts * dim * f, 0.3f), n_experts * dim, f);
+    L.router = router.view;
+    L.exp_gate = gate.view;
+    L.exp_up = up.view;
+    L.exp_down = down.view;
+  }
+};
+
+std::vector<float> Inputs(int64_t n, int64_t dim) {
+  std::vector<float> x = Values(5, n * dim, 1.0f);
+  for (int64_t i = 0; i < n; ++i) x[i * dim] = 1.0f;  // the router's bias feature
+  return x;
+}
+
+struct Case {
+  k::DType type;
+  int64_t n;
+  std::vector<float> bias;  // per expert
+  const char* what;
+};
+
+class MoeBlockTest : public ::testing::TestWithParam<k::DType> {};
+
+TEST_P(MoeBlockTest, MatchesNaiveReferenceOnRaggedRoutings) {
+  const k::DType type = GetParam();
+  // K-quant rows are whole 256-value blocks.
+  const bool kquant = k::Traits(type).block_elems == 256;
+  const int64_t dim = kquant ? 256 : 64, f = kquant ? 512 : 96, n_experts = 6, used = 2;
+  const std::vector<Case> cases = {
+      // Experts 4 and 5 are never chosen, expert 1 by every token; 7 tokens, some experts few.
+      {type, 7, {0, 8, 0, 0, -8, -8}, "experts without tokens, one expert with all"},
+      {type, 1, {0, 0, 0, 0, 0, 0}, "a single token (decode)"},
+      {type, 13, {0, 0, 0, 0, 0, 0}, "an unsteered batch"},
+      {type, 5, {-8, -8, 8, 8, -8, -8}, "two experts take every token"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    TestLayer t(type, dim, f, n_experts, used, c.bias);
+    const std::vector<float> x = Inputs(c.n, dim);
+    const std::vector<float> want = NaiveMoe(t.hp, t.L, x, c.n);
+    for (int threads : {1, 3}) {
+      base::ThreadPool pool(threads);
+      k::Workspace ws;
+      MoeScratch s;
+      s.Allocate(t.hp, 16);
+      std::vector<float> y = x;  // in place, as the transformer calls it
+      MoeForward(t.hp, t.L, y.data(), c.n, y.data(), s, ws, pool);
+      double scale = 0;
+      for (float v : want) scale = std::max(scale, static_cast<double>(std::abs(v)));
+      ASSERT_GT(scale, 0.0);
+      for (size_t i = 0; i < y.size(); ++i) {
+        ASSERT_NEAR(y[i], want[i], 1e-4 * scale) << "element " << i << ", threads " << threads;
+      }
+      // The routing really was as steered.
+      std::vector<int64_t> count(static_cast<size_t>(n_experts), 0);
+      for (int64_t p = 0; p < c.n * used; ++p) ++count[static_cast<size_t>(s.chosen[p])];
+      for (int64_t e = 0; e < n_experts; ++e) {
+        if (c.bias[e] < 0) {
+          EXPECT_EQ(count[e], 0) << "expert " << e;
+        } else if (c.bias[e] > 0) {
+          EXPECT_EQ(count[e], c.n) << "expert " << e;
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, MoeBlockTest,
+                         ::testing::Values(k::DType::kF32, k::DType::kF16, k::DType::kBF16,
+                                           k::DType::kQ8_0, k::DType::kQ4_0, k::DType::kQ4_K,
+                                           k::DType::kQ5_K, k::DType::kQ6_K),
+                         [](const auto& info) { return std::string(k::Traits(info.param).name); });
+
+TEST(RouteTopKTest, RenormalisesTheChosenProbabilities) {
+  const float logits[] = {0.5f, 2.0f, -1.0f, 2.0f, 1.0f};
+  float probs[5];
+  int32_t experts[3];
+  float weights[3];
+  RouteTopK(logits, 5, 3, probs, experts, weights);
+  EXPECT_EQ(experts[0], 1);  // a tie goes to the lower index
+  EXPECT_EQ(experts[1], 3);
+  EXPECT_EQ(experts[2], 4);
+  const double e2 = std::exp(2.0), e1 = std::exp(1.0);
+  EXPECT_NEAR(weights[0], e2 / (2 * e2 + e1), 1e-6);
+  EXPECT_NEAR(weights[2], e1 / (2 * e2 + e1), 1e-6);
+}
+
+// ---- Whole synthetic models ----
+
+struct SynthModel {
+  std::vector<std::byte> bytes;
+  std::unique_ptr<ModelFile> file;
+};
+
+SynthModel MakeSynth(SynthArch arch, k::DType type, int64_t experts = 4, int64_t used = 2) {
+  SynthOptions o;
+  o.shape = *FindSynthShape("tiny");
+  o.type = type;
+  o.arch = arch;
+  o.n_experts = experts;
+  o.n_experts_used = used;
+  o.peaked = true;
+  o.threads = 1;
+  SynthModel m;
+  const Status s = WriteSynthModelToMemory(o, &m.bytes);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  auto f = OpenModelFromBytes(m.bytes, "synth.gguf");
+  EXPECT_TRUE(f.ok()) << f.status().ToString();
+  if (f.ok()) m.file = std::move(*f);
+  return m;
+}
+
+const std::vector<int32_t> kPrompt = {1, 300, 301, 302, 290, 310, 305, 330, 340};
+
+// Logits of every prompt position, in one batch or one token at a time, through `stages` layer
+// ranges handing on the hidden state (one stage: the whole model).
+std::vector<float> PromptLogits(const ModelFile& file, bool one_batch,
+                                const std::vector<std::pair<int64_t, int64_t>>& stages) {
+  const int64_t n = static_cast<int64_t>(kPrompt.size());
+  const int64_t vocab = file.hparams.vocab_size, dim = file.hparams.dim;
+  base::ThreadPool pool(2);
+  std::vector<TransformerWeights> weights;
+  std::vector<std::unique_ptr<Transformer>> parts;
+  for (size_t s = 0; s < stages.size(); ++s) {
+    ShardSpec spec;
+    spec.layer_begin = stages[s].first;
+    spec.layer_end = stages[s].second;
+    spec.embed = s == 0;
+    spec.head = s + 1 == stages.size();
+    auto w = BindWeights(file, spec);
+    EXPECT_TRUE(w.ok()) << w.status().ToString();
+    if (!w.ok()) return {};
+    weights.push_back(std::move(*w));
+  }
+  for (const TransformerWeights& w : weights) {
+    auto t = Transformer::Create(w, {}, pool);
+    EXPECT_TRUE(t.ok()) << t.status().ToString();
+    if (!t.ok()) return {};
+    parts.push_back(std::move(*t));
+  }
+  std::vector<float> logits(static_cast<size_t>(n * vocab));
+  const int64_t step = one_batch ? n : 1;
+  for (int64_t i0 = 0; i0 < n; i0 += step) {
+    std::vector<int32_t> tok(kPrompt.begin() + i0, kPrompt.begin() + i0 + step), pos, slot, rows;
+    for (int64_t i = 0; i < step; ++i) {
+      pos.push_back(static_cast<int32_t>(i0 + i));
+      slot.push_back(0);
+      rows.push_back(static_cast<int32_t>(i));
+    }
+    const Batch b{tok, pos, slot, rows};
+    EXPECT_TRUE(parts.front()->Embed(tok).ok());
+    for (size_t s = 0; s < parts.size(); ++s) {
+      if (s > 0) {
+        std::copy_n(parts[s - 1]->hidden_state(), step * dim, parts[s]->hidden_state());
+      }
+      const Status st = parts[s]->Layers(b);
+      EXPECT_TRUE(st.ok()) << st.ToString();
+    }
+    EXPECT_TRUE(parts.back()->Logits(rows, logits.data() + i0 * vocab).ok());
+  }
+  return logits;
+}
+
+std::vector<int32_t> Argmax(const std::vector<float>& logits, int64_t vocab) {
+  std::vector<int32_t> out;
+  for (size_t i = 0; i + vocab <= logits.size(); i += vocab) {
+    out.push_back(static_cast<int32_t>(
+        std::max_element(logits.begin() + i, logits.begin() + i + vocab) - logits.begin() - i));
+  }
+  return out;
+}
+
+class MoeModelTest : public ::testing::TestWithParam<std::pair<SynthArch, k::DType>> {};
+
+TEST_P(MoeModelTest, PromptBatchTokenByTokenAndPipelineStagesAgree) {
+  const SynthModel m = MakeSynth(GetParam().first, GetParam().second);
+  ASSERT_NE(m.file, nullptr);
+  const int64_t vocab = m.file->hparams.vocab_size;
+  const std::vector<float> whole = PromptLogits(*m.file, true, {{0, 5}});
+  const std::vector<float> sequential = PromptLogits(*m.file, false, {{0, 5}});
+  const std::vector<float> pp2 = PromptLogits(*m.file, true, {{0, 2}, {2, 5}});
+  ASSERT_EQ(whole.size(), static_cast<size_t>(kPrompt.size() * vocab));
+  ASSERT_EQ(sequential.size(), whole.size());
+  ASSERT_EQ(pp2.size(), whole.size());
+  // Pipeline stages run the same kernels on the same inputs: the same bits.
+  EXPECT_EQ(pp2, whole);
+  for (size_t i = 0; i < whole.size(); ++i) {
+    ASSERT_NEAR(sequential[i], whole[i], 1e-3 * std::max(1.0f, std::abs(whole[i]))) << i;
+  }
+  EXPECT_EQ(Argmax(sequential, vocab), Argmax(whole, vocab));
+  // Peaked: the greedy choices are not near-ties (the margin the llama.cpp comparison relies on).
+  int decisive = 0;
+  for (size_t i = 0; i < whole.size(); i += vocab) {
+    std::vector<float> row(whole.begin() + i, whole.begin() + i + vocab);
+    std::partial_sort(row.begin(), row.begin() + 2, row.end(), std::greater<>());
+    decisive += row[0] - row[1] > 0.05f;
+  }
+  EXPECT_GE(decisive, static_cast<int>(kPrompt.size()) - 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, MoeModelTest,
+                         ::testing::Values(std::pair{SynthArch::kMixtral, k::DType::kF32},
+                                           std::pair{SynthArch::kMixtral, k::DType::kQ8_0},
+                                           std::pair{SynthArch::kQwen3Moe, k::DType::kF32},
+                                           std::pair{SynthArch::kQwen3Moe, k::DType::kQ4_0}),
+                         [](const auto& info) {
+                           return std::string(info.param.first == SynthArch::kMixtral
+                                                  ? "mixtral_"
+                                                  : "qwen3moe_") +
+                                  std::string(k::Traits(info.param.second).name);
+                         });
+
+TEST(MoeModelTest, CopiedWeightsKeepTheExpertsMappedAndGiveTheSameLogits) {
+  const SynthModel m = MakeSynth(SynthArch::kQwen3Moe, k::DType::kQ8_0);
+  ASSERT_NE(m.file, nullptr);
+  auto mapped = BindWeights(*m.file);
+  auto copied = BindWeights(*m.file);
+  ASSERT_TRUE(mapped.ok() && copied.ok());
+  ASSERT_TRUE(CopyMatricesToMemory(&*copied).ok());
+  const LayerWeights& L = copied->layers[0];
+  EXPECT_EQ(L.exp_gate.data, mapped->layers[0].exp_gate.data);  // still the file's bytes
+  EXPECT_NE(L.router.data, mapped->layers[0].router.data);      // copied
+  const int32_t tok = 300, pos = 0, slot = 0, row = 0;
+  const Batch b{{&tok, 1}, {&pos, 1}, {&slot, 1}, {&row, 1}};
+  std::vector<std::vector<float>> logits;
+  for (const TransformerWeights* w : {&*mapped, &*copied}) {
+    base::ThreadPool pool(1);
+    auto t = Transformer::Create(*w, {}, pool);
+    ASSERT_TRUE(t.ok());
+    logits.emplace_back(static_cast<size_t>(m.file->hparams.vocab_size));
+    ASSERT_TRUE((*t)->Forward(b, logits.back().data()).ok());
+  }
+  EXPECT_EQ(logits[0], logits[1]);
+}
+
+TEST(MoeModelTest, ActiveParametersCountTheUsedShareOfTheExperts) {
+  const SynthModel m = MakeSynth(SynthArch::kQwen3Moe, k::DType::kF32, 8, 2);
+  ASSERT_NE(m.file, nullptr);
+  const HParams& hp = m.file->hparams;
+  const int64_t experts = hp.n_layers * 3 * hp.n_experts * hp.expert_ffn_dim * hp.dim;
+  int64_t all = 0;
+  for (const auto& [name, t] : m.file->tensors) all += t.elements();
+  const ParameterCounts c = CountParameters(*m.file);
+  EXPECT_EQ(c.total, all);
+  EXPECT_EQ(c.active, all - experts + experts * 2 / 8);
+  // f32: 4 bytes a value; the embedding is read one row a token.
+  EXPECT_EQ(c.active_bytes_per_token, 4 * (c.active - (hp.vocab_size - 1) * hp.dim));
+}
+
+TEST(MoeModelTest, TensorParallelShardsAreRefused) {
+  const SynthModel m = MakeSynth(SynthArch::kMixtral, k::DType::kF32);
+  ASSERT_NE(m.file, nullptr);
+  ShardSpec heads;
+  heads.n_heads = m.file->hparams.n_heads / 2;
+  ShardSpec ffn;
+  ffn.ffn_dim = m.file->hparams.ffn_dim / 2;
+  for (const ShardSpec& s : {heads, ffn}) {
+    auto w = BindWeights(*m.file, s);
+    ASSERT_FALSE(w.ok());
+    EXPECT_NE(w.status().message().find("tensor parallelism of mixture-of-experts layers is not "
+                                        "supported yet; use --pp"),
+              std::string::npos)
+        << w.status().ToString();
+  }
+}
+
+// Overwrites the u32 value of metadata key `key` (GGUF: key string, u32 type, value).
+void PatchU32(std::vector<std::byte>& bytes, std::string_view key, uint32_t value) {
+  const std::string_view all(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  const size_t at = all.find(key);
+  ASSERT_NE(at, std::string_view::npos) << key;
+  std::memcpy(bytes.data() + at + key.size() + 4, &value, 4);
+}
+
+// Renames the first tensor called `from` to `to` (same length) in the tensor table.
+void PatchName(std::vector<std::byte>& bytes, std::string_view from, std::string_view to) {
+  ASSERT_EQ(from.size(), to.size());
+  const std::string_view all(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  const size_t at = all.find(from);
+  ASSERT_NE(at, std::string_view::npos) << from;
+  std::memcpy(bytes.data() + at, to.data(), to.size());
+}
+
+std::string OpenError(const std::vector<std::byte>& bytes) {
+  auto f = OpenModelFromBytes(bytes, "bad.gguf");
+  if (f.ok()) {
+    auto w = BindWeights(**f);
+    return w.ok() ? "" : w.status().ToString();
+  }
+  return f.status().ToString();
+}
+
+TEST(MoeModelTest, BadExpertMetadataAndTensorsAreClearErrors) {
+  SynthModel m = MakeSynth(SynthArch::kMixtral, k::DType::kF32, 4, 2);
+  ASSERT_NE(m.file, nullptr);
+  {
+    std::vector<std::byte> b = m.bytes;
+    PatchU32(b, "llama.expert_used_count", 5);
+    const std::string e = OpenError(b);
+    EXPECT_NE(e.find("llama.expert_used_count is 5 (expected 1 to 4)"), std::string::npos) << e;
+  }
+  {
+    std::vector<std::byte> b = m.bytes;
+    PatchU32(b, "llama.expert_count", 6);
+    const std::string e = OpenError(b);
+    EXPECT_NE(e.find("'blk.0.ffn_gate_inp.weight' has shape [4, 64] but the hyperparameters "
+                     "imply [6, 64]"),
+              std::string::npos)
+        << e;
+  }
+  {
+    std::vector<std::byte> b = m.bytes;
+    PatchName(b, "blk.1.ffn_gate_inp.weight", "blk.1.ffn_gate_inq.weight");
+    const std::string e = OpenError(b);
+    EXPECT_NE(e.find("missing tensor 'blk.1.ffn_gate_inp.weight'"), std::string::npos) << e;
+  }
+  {
+    // Early Mixtral files: one tensor per expert (blk.N.ffn_gate.E.weight), no stacked ones.
+    testing::TestModelSpec spec;
+    spec.layers = 1;
+    spec.extra_metadata = [](GgufWriter& w) {
+      w.AddU32("llama.expert_count", 2);
+      w.AddU32("llama.expert_used_count", 1);
+    };
+    spec.extra_tensors = [&](GgufWriter& w) {
+      (void)w.AddTensor("blk.0.ffn_gate_inp.weight", k::DType::kF32, {2, spec.dim});
+      (void)w.AddTensor("blk.0.ffn_gate.0.weight", k::DType::kF32, {spec.ffn, spec.dim});
+    };
+    const std::string e = OpenError(testing::TestGguf(spec));
+    EXPECT_NE(e.find("experts stored one tensor each ('blk.0.ffn_gate.0.weight')"),
+              std::string::npos)
+        << e;
+  }
+}
+
+}  // namespace
+}  // namespace loom::model
