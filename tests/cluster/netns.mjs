@@ -41,9 +41,11 @@ export class Machines {
 
   // A veth pair between two machines; returns their addresses.  `rate` shapes both directions.
   link(a, b, { rate } = {}) {
-    const base = 4 * this.nextSubnet++;
+    const index = this.nextSubnet++;
+    const base = 4 * index;
     if (base + 2 > 254) throw new Error("out of test subnets");
-    const ea = `${this.prefix}${a}${b}`, eb = `${this.prefix}${b}${a}`;
+    // Interface names have at most 15 characters: "loomc" + pid (5) + ends (2) + index (2).
+    const ea = `${this.prefix}${a}${b}${index}`, eb = `${this.prefix}${b}${a}${index}`;
     ip("link", "add", ea, "netns", this.ns[a], "type", "veth", "peer", "name", eb, "netns", this.ns[b]);
     const addrA = `10.200.0.${base + 1}`, addrB = `10.200.0.${base + 2}`;
     ip("-n", this.ns[a], "addr", "add", `${addrA}/30`, "dev", ea);

@@ -455,6 +455,7 @@ Status Daemon::Impl::OnSessionFrame(const ConnPtr& c, const Envelope& e) {
     }
     case MessageType::kHeartbeat: {
       LOOM_ASSIGN_OR_RETURN(cluster::Heartbeat h, DecodeHeartbeat(e));
+      c->measuring = h.measuring;
       for (const KnownMember& k : h.members) {
         if (k.id == id_ || up_.count(k.id) || dialling_.count(k.id) || !(id_ < k.id)) continue;
         Dial(k.address, k.port, "", k.id);  // gossip: a member we have not met yet
@@ -520,6 +521,7 @@ Status Daemon::Impl::OnSessionFrame(const ConnPtr& c, const Envelope& e) {
 cluster::Heartbeat Daemon::Impl::MakeHeartbeat() const {
   cluster::Heartbeat h;
   for (const auto& [id, c] : up_) h.members.push_back({id, c->remote_host, c->peer_port});
+  h.measuring = Measuring();
   return h;
 }
 
@@ -535,7 +537,10 @@ void Daemon::Impl::SendSession(const ConnPtr& c, MessageType type) {
   const uint64_t seq = c->send_seq++;
   switch (type) {
     case MessageType::kFacts: Send(c, EncodeFacts(facts_, c->session, seq)); break;
-    case MessageType::kHeartbeat: Send(c, EncodeHeartbeat(MakeHeartbeat(), c->session, seq)); break;
+    case MessageType::kHeartbeat:
+      told_measuring_ = Measuring();
+      Send(c, EncodeHeartbeat(MakeHeartbeat(), c->session, seq));
+      break;
     case MessageType::kLinks: Send(c, EncodeLinks(MyLinks(), c->session, seq)); break;
     default: break;
   }
@@ -589,6 +594,7 @@ void Daemon::Impl::Close(const ConnPtr& c, const std::string& why) {
   departed_.push_front({c->peer_id, c->peer_name, Clock::now(), why});
   if (departed_.size() > 16) departed_.pop_back();
   probed_.erase(c->peer_id);
+  striped_.erase(c->peer_id);
   std::erase_if(probes_, [&](const PendingProbe& p) { return p.peer == c->peer_id; });
   std::erase_if(links_, [&](const auto& kv) {
     return kv.second.a == c->peer_id || kv.second.b == c->peer_id;

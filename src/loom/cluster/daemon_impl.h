@@ -53,6 +53,7 @@ struct Conn {
   bool close_after_write = false;
   Clock::time_point last_heard = Clock::now(), up_since{};
   std::optional<Facts> facts;
+  bool measuring = false;  // its last heartbeat said it has links left to measure
   std::string label() const;  // "name (id) at host" for logs
 };
 using ConnPtr = std::shared_ptr<Conn>;
@@ -135,7 +136,8 @@ class Daemon::Impl {
   // Links: every measurement known, keyed by the measuring member and the address pair.
   std::map<std::tuple<MemberId, std::string, std::string>, LinkMeasure> links_;
   std::deque<PendingProbe> probes_;
-  std::set<MemberId> probed_;  // members whose links were queued
+  std::set<MemberId> probed_;   // members whose links were queued
+  std::set<MemberId> striped_;  // members whose links were queued to be measured together
   bool probing_ = false;         // measuring a link (either side)
   bool worker_running_ = false;
   Clock::time_point probe_deadline_{};
@@ -175,6 +177,10 @@ class Daemon::Impl {
   // daemon_probe.cc
   void QueueProbes(const ConnPtr& c);
   void NextProbe();
+  void QueueStripedProbe(const MemberId& peer);
+  bool Measuring() const { return (probing_ && current_.has_value()) || !probes_.empty(); }
+  void TellMeasuring();  // a heartbeat to every member when Measuring() changed
+  bool told_measuring_ = false;
   void OnProbeStart(const ConnPtr& c, const ProbeStart& m);
   void OnProbeReady(const ConnPtr& c, const ProbeReady& m);
   void OnProbeBusy(const ConnPtr& c, uint64_t probe);

@@ -4,6 +4,7 @@
 // or cores) or listens as rank 0 of a two-rank tcp group and says where (ProbeReady).  Both then
 // run the ping-pong of link_probe.h on a worker thread; the measuring member keeps the result and
 // sends its row of the link matrix to every member (Links).
+#include <algorithm>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/post.hpp>
 
@@ -18,6 +19,11 @@ constexpr int kMaxProbeAttempts = 20;
 constexpr auto kProbeAnswerTimeout = std::chrono::seconds(5);
 
 bool IsLoopback(const std::string& host) { return host.rfind("127.", 0) == 0 || host == "::1"; }
+
+// Where to listen for a probe on `host`: an address on several links ("a+b") listens on all.
+std::string ListenHost(const std::string& host) {
+  return host.find('+') != std::string::npos ? "0.0.0.0" : host;
+}
 
 std::string InterfaceOf(const Facts& f, const std::string& address) {
   for (const Interface& i : f.interfaces) {
@@ -55,8 +61,50 @@ void Daemon::Impl::QueueProbes(const ConnPtr& c) {
   NextProbe();
 }
 
+// Two or more links of one kind to a member (similar bandwidth: two cables between two machines):
+// once each is measured, measure them together, the tcp backend striping large messages over
+// them ("a+b" addresses, lower latency first).  The link matrix then holds the combined link,
+// and ranks use it when it is the fastest.
+void Daemon::Impl::QueueStripedProbe(const MemberId& peer) {
+  if (striped_.count(peer)) return;
+  for (const PendingProbe& p : probes_) {
+    if (p.peer == peer) return;  // not every link measured yet
+  }
+  std::vector<const LinkMeasure*> single;
+  double best = 0;
+  for (const auto& [key, m] : links_) {
+    if (m.a != id_ || m.b != peer || m.interface.find('+') != std::string::npos) continue;
+    single.push_back(&m);
+    best = std::max(best, m.bytes_per_s);
+  }
+  std::erase_if(single, [&](const LinkMeasure* m) { return m->bytes_per_s < 0.75 * best; });
+  if (single.size() < 2) return;
+  std::sort(single.begin(), single.end(), [](const LinkMeasure* x, const LinkMeasure* y) {
+    return x->latency_s < y->latency_s;
+  });
+  PendingProbe p;
+  p.peer = peer;
+  for (const LinkMeasure* m : single) {
+    const bool first = p.my_host.empty();
+    p.my_host += (first ? "" : "+") + m->a_host;
+    p.peer_host += (first ? "" : "+") + m->b_host;
+    p.interface += (first ? "" : "+") + m->interface;
+  }
+  striped_.insert(peer);
+  probes_.push_back(std::move(p));
+}
+
+void Daemon::Impl::TellMeasuring() {
+  if (Measuring() == told_measuring_) return;
+  for (const auto& [id, c] : up_) SendSession(c, MessageType::kHeartbeat);
+}
+
 void Daemon::Impl::NextProbe() {
   if (stopped_) return;
+  struct Tell {
+    Daemon::Impl* d;
+    ~Tell() { d->TellMeasuring(); }
+  } tell{this};
   const auto now = Clock::now();
   if (probing_) {
     // Waiting for the other side to answer ProbeStart: give up after a while and try later.
@@ -80,7 +128,7 @@ void Daemon::Impl::NextProbe() {
       wake = std::min(wake, it->not_before);
       continue;
     }
-    auto listener = comm::tcp::Listen(it->my_host, 0, &current_port_);
+    auto listener = comm::tcp::Listen(ListenHost(it->my_host), 0, &current_port_);
     if (!listener.ok()) {
       Log(StrCat("cannot measure the link from ", it->my_host, ": ", listener.status().message()));
       probes_.erase(it);
@@ -112,7 +160,7 @@ void Daemon::Impl::OnProbeStart(const ConnPtr& c, const ProbeStart& m) {
     return;
   }
   int port = 0;
-  auto listener = comm::tcp::Listen(m.peer_host, 0, &port);
+  auto listener = comm::tcp::Listen(ListenHost(m.peer_host), 0, &port);
   if (!listener.ok()) {
     Log(StrCat("cannot measure the link from ", c->label(), " at ", m.peer_host, ": ",
                listener.status().message()));
@@ -211,6 +259,7 @@ void Daemon::Impl::OnProbeDone(bool initiator, StatusOr<LinkProbeResult> result)
                  static_cast<int64_t>(m.bytes_per_s / 1e6 + 0.5), " MB/s"));
       links_[{m.a, m.a_host, m.b_host}] = m;
       for (const auto& [id, c] : up_) SendSession(c, MessageType::kLinks);
+      QueueStripedProbe(p.peer);
     }
   } else if (!result.ok()) {
     Log(StrCat("answering a link probe failed: ", result.status().message()));

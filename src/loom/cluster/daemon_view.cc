@@ -100,6 +100,9 @@ json Daemon::Impl::View() const {
   }
   json fastest = json::array();
   for (const auto& [pair, m] : best) fastest.push_back(LinkJson(*m, names));
+  // Links are still being measured while this member or any other says so.
+  bool measuring = probing_ || !probes_.empty();
+  for (const auto& [id, c] : up_) measuring = measuring || c->measuring;
   json refused_by = json::object();
   for (const auto& [peer, why] : refused_by_) refused_by[peer] = why;
   return {{"v", 1},
@@ -110,7 +113,7 @@ json Daemon::Impl::View() const {
           {"departed", departed},
           {"links", links},
           {"fastest", fastest},
-          {"probing", probing_},
+          {"probing", measuring},
           {"probes_pending", probes_.size()},
           {"refused", refused_},
           {"refused_by", refused_by}};

@@ -1,5 +1,9 @@
 #include "loom/cluster/link_probe.h"
 
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
 #include "loom/comm/benchmark.h"
 
 namespace loom::cluster {
@@ -16,23 +20,43 @@ StatusOr<LinkProbeResult> RunLinkProbe(const LinkProbeSpec& spec, base::Fd liste
   config.options.timeout_seconds = 10;
   config.listen_fd = listener.Release();
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<comm::Group> group, comm::CreateGroup(config));
-  comm::BenchOptions bench;
-  bench.ops = {"sendrecv"};
-  bench.min_bytes = 64;
-  bench.max_bytes = int64_t{4} << 20;
-  bench.size_factor = bench.max_bytes / bench.min_bytes;
-  bench.target_seconds = spec.seconds_per_size;
+  // Latency: the ping-pong of 64-byte messages, the 10th percentile of the round trips, not the
+  // median: what the link gives, without the waits of a busy scheduler (on a loaded machine the
+  // median of a 300 us link was measured at 2-4 ms).
+  comm::BenchOptions small;
+  small.ops = {"sendrecv"};
+  small.min_bytes = small.max_bytes = 64;
+  small.target_seconds = spec.seconds_per_size;
   LOOM_ASSIGN_OR_RETURN(std::vector<comm::BenchRow> rows,
-                        comm::RunCommBenchmark(*group, bench, nullptr));
+                        comm::RunCommBenchmark(*group, small, nullptr));
   LinkProbeResult out;
-  // The 10th percentile, not the median: what the link gives, without the waits of a busy
-  // scheduler (on a loaded machine the median of a 300 us link was measured at 2-4 ms).
-  for (const comm::BenchRow& row : rows) {
-    if (row.bytes == bench.min_bytes) out.latency_s = row.p10_us * 1e-6;
-    if (row.bytes == bench.max_bytes && row.p10_us > 0) {
-      out.bytes_per_s = static_cast<double>(row.bytes) / (row.p10_us * 1e-6);
+  for (const comm::BenchRow& row : rows) out.latency_s = row.p10_us * 1e-6;
+  // Bandwidth: back-to-back 4 MiB broadcasts from rank 0, which the tcp backend stripes over its
+  // channels (and so over every link of an "a+b" address) as it does the pod's all-reduces;
+  // point-to-point sends travel on one channel.  Rank 1 (the member that measures) times them
+  // and chooses each round's count, so that a round takes about `seconds_per_size`; the best of
+  // three rounds.
+  constexpr int64_t kBytes = int64_t{4} << 20;
+  std::vector<std::byte> buf(static_cast<size_t>(kBytes));
+  int64_t n = 2;
+  double best = 0;
+  for (int round = 0; round < 4; ++round) {
+    if (spec.rank == 1) {
+      LOOM_RETURN_IF_ERROR(group->Send(&n, sizeof(n), 0));
+    } else {
+      LOOM_RETURN_IF_ERROR(group->Recv(&n, sizeof(n), 1));
+      if (n < 1 || n > 1024) return DataLossError("cluster: probe round of ", n, " messages");
     }
+    LOOM_RETURN_IF_ERROR(group->Barrier());
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int64_t i = 0; i < n; ++i) LOOM_RETURN_IF_ERROR(group->Broadcast(buf.data(), kBytes, 0));
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double per = s / static_cast<double>(n);
+    if (round > 0) best = std::max(best, static_cast<double>(kBytes) / per);  // round 0 warms up
+    n = std::clamp<int64_t>(static_cast<int64_t>(spec.seconds_per_size / std::max(per, 1e-6)), 2,
+                            64);
   }
+  out.bytes_per_s = best;
   if (out.latency_s <= 0 || out.bytes_per_s <= 0) {
     return InternalError("cluster: the link probe measured nothing");
   }

@@ -1,7 +1,8 @@
 // Measuring one link between two members with the transport their ranks will use: a two-rank tcp
 // group (comm/tcp, with the same options and link emulation as `loom run --backend tcp`) and the
-// ping-pong of `loom comm-bench`: one-way time of 64-byte messages (latency) and of 4 MiB ones
-// (bandwidth), each the 10th percentile of the round trips.  Blocking: the daemon runs it on a worker thread.
+// one-way time of 64-byte ping-pongs (latency, the 10th percentile) and back-to-back 4 MiB
+// broadcasts from rank 0 (bandwidth, striped over the tcp channels as all-reduces are; timed on
+// rank 1, the member that measures).  Blocking: the daemon runs it on a worker thread.
 #pragma once
 
 #include <cstdint>
@@ -27,7 +28,7 @@ struct LinkProbeSpec {
 
 struct LinkProbeResult {
   double latency_s = 0;    // one-way, 64-byte messages, 10th percentile
-  double bytes_per_s = 0;  // 4 MiB messages, one way, at the 10th percentile of their time
+  double bytes_per_s = 0;  // 4 MiB broadcasts received by rank 1 (meaningful on rank 1 only)
 };
 
 // `listener`: this rank's listening socket (on rank0_host:rank0_port for rank 0, on

@@ -124,7 +124,7 @@ class Reader {
 
 std::vector<uint8_t> Seal(MessageType type, uint64_t seq, std::vector<uint8_t> body,
                           const Key* key) {
-  std::vector<uint8_t> out(kHeaderBytes);
+  std::vector<uint8_t> out(static_cast<size_t>(kHeaderBytes) + body.size() + kMacBytes);
   std::memcpy(out.data(), kMagic, 4);
   const uint16_t version = kClusterVersion, t = static_cast<uint16_t>(type);
   const uint32_t length = static_cast<uint32_t>(body.size()), reserved = 0;
@@ -133,14 +133,15 @@ std::vector<uint8_t> Seal(MessageType type, uint64_t seq, std::vector<uint8_t> b
   std::memcpy(out.data() + 8, &length, 4);
   std::memcpy(out.data() + 12, &reserved, 4);
   std::memcpy(out.data() + 16, &seq, 8);
-  out.insert(out.end(), body.begin(), body.end());
+  if (!body.empty()) std::memcpy(out.data() + kHeaderBytes, body.data(), body.size());
+  const size_t signed_bytes = out.size() - kMacBytes;
   comm::Digest mac{};
   if (key != nullptr) {
-    const std::span<const uint8_t> parts[] = {out};
+    const std::span<const uint8_t> parts[] = {{out.data(), signed_bytes}};
     mac = comm::HmacSha256(
         std::string_view(reinterpret_cast<const char*>(key->data()), key->size()), parts);
   }
-  out.insert(out.end(), mac.begin(), mac.end());
+  std::memcpy(out.data() + signed_bytes, mac.data(), mac.size());
   return out;
 }
 
@@ -301,6 +302,7 @@ std::vector<uint8_t> EncodeHeartbeat(const Heartbeat& m, const Key& key, uint64_
     w.Str(m.members[i].address);
     w.Put(m.members[i].port);
   }
+  w.Put(static_cast<uint8_t>(m.measuring ? 1 : 0));
   return Seal(MessageType::kHeartbeat, seq, w.Take(), &key);
 }
 
@@ -544,6 +546,10 @@ StatusOr<Heartbeat> DecodeHeartbeat(const Envelope& e) {
     LOOM_RETURN_IF_ERROR(r.Get("member port", &k.port));
     if (k.port == 0) return r.Bad("member port", "is 0");
   }
+  uint8_t measuring = 0;
+  LOOM_RETURN_IF_ERROR(r.Get("measuring", &measuring));
+  if (measuring > 1) return r.Bad("measuring", "is ", int{measuring}, " (0 or 1)");
+  m.measuring = measuring == 1;
   LOOM_RETURN_IF_ERROR(r.End());
   return m;
 }

@@ -139,6 +139,7 @@ struct KnownMember {
 
 struct Heartbeat {
   std::vector<KnownMember> members;  // the members the sender is connected to, itself excluded
+  bool measuring = false;            // the sender has links left to measure (or is measuring)
 };
 
 struct ProbeStart {

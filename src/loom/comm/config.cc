@@ -66,6 +66,22 @@ StatusOr<double> ParseDouble(std::string_view name, std::string_view text) {
 
 }  // namespace
 
+std::vector<std::string> SplitHostAlternatives(std::string_view host) {
+  std::vector<std::string> out;
+  size_t begin = 0;
+  while (true) {
+    const size_t plus = host.find('+', begin);
+    const std::string_view part = host.substr(begin, plus == std::string_view::npos
+                                                         ? std::string_view::npos
+                                                         : plus - begin);
+    if (!part.empty()) out.emplace_back(part);
+    if (plus == std::string_view::npos) break;
+    begin = plus + 1;
+  }
+  if (out.empty()) out.emplace_back(host);
+  return out;
+}
+
 Status ParseLinkDelays(std::string_view text, LinkEmulation* link) {
   link->delay_us = 0;
   link->delay_us_from.clear();

@@ -40,6 +40,10 @@ struct LinkEmulation {
   }
 };
 
+// A peer's host may name its addresses on several links, "10.0.0.2+10.0.1.2" (lower latency
+// first): the tcp backend's channel c dials the (c mod n)-th.  Returns them (one when no '+').
+std::vector<std::string> SplitHostAlternatives(std::string_view host);
+
 // Parses LOOM_LINK_DELAY_US's value into `link` (delay_us and delay_us_from).
 Status ParseLinkDelays(std::string_view text, LinkEmulation* link);
 

@@ -68,6 +68,13 @@ TEST(GroupConfigTest, LinkDelaysMayDifferPerPeerHost) {
   EXPECT_NE(bad.message().find("not a number"), std::string::npos) << bad.message();
 }
 
+TEST(GroupConfigTest, AHostMayNameItsAddressesOnSeveralLinks) {
+  EXPECT_EQ(SplitHostAlternatives("10.0.0.2"), std::vector<std::string>{"10.0.0.2"});
+  EXPECT_EQ(SplitHostAlternatives("10.0.0.2+10.0.1.2"),
+            (std::vector<std::string>{"10.0.0.2", "10.0.1.2"}));
+  EXPECT_EQ(SplitHostAlternatives("a++b+"), (std::vector<std::string>{"a", "b"}));
+}
+
 TEST(GroupConfigTest, HostfileGivesPeersToRanksStartedByHand) {
   const std::string path = ::testing::TempDir() + "config_test_hosts.json";
   {

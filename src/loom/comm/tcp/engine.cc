@@ -52,6 +52,7 @@ Engine::Engine(EngineOptions options, std::vector<Fd> conns) : options_(std::mov
     if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
       host = host.substr(1, host.size() - 2);
     }
+    host = SplitHostAlternatives(host).front();
     delay_ns_[static_cast<size_t>(p)] =
         static_cast<int64_t>(options_.link.DelayFromUs(host) * 1000.0);
   }

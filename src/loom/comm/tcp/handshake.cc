@@ -198,8 +198,12 @@ StatusOr<std::vector<Fd>> BuildMesh(const MeshSpec& spec, Fd listener) {
     std::string host;
     int port = 0;
     LOOM_RETURN_IF_ERROR(ParseHostPort(spec.peers[peer], &host, &port));
+    // "a+b": the peer's addresses on two links; channel c dials the (c mod n)-th, so large
+    // messages (striped over the channels) use both links and small ones (channel 0) the first.
+    const std::vector<std::string> hosts = SplitHostAlternatives(host);
     for (int c = 0; c < spec.channels; ++c) {
-      auto fd = ConnectWithRetry(host, port, spec.deadline_ns, Who(spec, peer));
+      auto fd = ConnectWithRetry(hosts[static_cast<size_t>(c) % hosts.size()], port,
+                                 spec.deadline_ns, Who(spec, peer));
       if (!fd.ok()) return fd.status().WithContext(StrCat("comm/tcp: rank ", spec.rank));
       Status hs = ClientHandshake(fd->get(), spec, peer, c);
       if (!hs.ok()) return hs.WithContext(StrCat("comm/tcp: rank ", spec.rank));

@@ -338,7 +338,9 @@ StatusOr<std::unique_ptr<Group>> TcpGroup::Split(int color, int key) {
   mine.color = color;
   mine.key = key;
   if (color != kNoColor) {
-    LOOM_ASSIGN_OR_RETURN(listener, Listen(host, 0, &mine.port));
+    // An address on several links ("a+b") is reached on each of them: listen on all.
+    const bool several = SplitHostAlternatives(host).size() > 1;
+    LOOM_ASSIGN_OR_RETURN(listener, Listen(several ? "0.0.0.0" : host, 0, &mine.port));
   }
   std::vector<SplitEntry> all;
   LOOM_ASSIGN_OR_RETURN(SplitResult split, ExchangeSplit(*this, mine, &all));
@@ -373,7 +375,7 @@ StatusOr<std::unique_ptr<Group>> CreateTcpGroup(const GroupConfig& config) {
   LOOM_RETURN_IF_ERROR(ParseHostPort(config.peers[config.rank], &host, &port));
   if (!listener.valid()) {
     int bound = 0;
-    auto l = Listen(host, port, &bound);
+    auto l = Listen(SplitHostAlternatives(host).size() > 1 ? "0.0.0.0" : host, port, &bound);
     if (!l.ok()) return l.status().WithContext(StrCat("comm/tcp: rank ", config.rank));
     listener = std::move(*l);
   } else {
