@@ -3,9 +3,11 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "loom/base/fd.h"
 #include "loom/base/status.h"
 
 namespace CLI {
@@ -34,6 +36,27 @@ StatusOr<nlohmann::json> WaitForView(const std::string& control_path, int wait_m
 StatusOr<nlohmann::json> PlanFor(const std::string& model, const nlohmann::json& view,
                                  const PlanSpeeds& speeds, bool quiet);
 
+// A pod launched through the daemon for a rank 0 that runs here: the environment of rank 0
+// (LOOM_* of its group, LOOM_LISTEN_FD=3) and the listener to hand it as fd 3.
+struct PodLaunch {
+  std::vector<std::string> env;
+  base::Fd listener;
+};
+StatusOr<PodLaunch> LaunchPod(const std::string& control_path,
+                              const std::vector<std::string>& members,
+                              const std::vector<std::string>& args);
+
+// Starts rank 0 of `loom serve` (args: "serve" and its options, with --port 0) on a pod of
+// `members` (one: no pod) and waits until it listens.
+struct ServeRankZero {
+  int pid = -1;   // leads a process group of its own
+  int port = 0;   // on 127.0.0.1
+};
+StatusOr<ServeRankZero> StartServeRankZero(const std::string& control_path,
+                                           const std::vector<std::string>& members,
+                                           const std::vector<std::string>& args);
+
 void AddClusterRunCommand(CLI::App& cluster, std::function<int()>* action);
+void AddClusterServeCommand(CLI::App& cluster, std::function<int()>* action);
 
 }  // namespace loom::cli

@@ -399,6 +399,7 @@ void AddClusterCommand(CLI::App& app, Action* action) {
   status->callback([s, action] { *action = [s] { return ClusterStatus(*s); }; });
 
   AddClusterRunCommand(*cluster, action);
+  AddClusterServeCommand(*cluster, action);
 }
 
 }  // namespace loom::cli

@@ -18,11 +18,13 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <thread>
 #include <string>
 #include <vector>
 
 #include "loom/cli/cluster_common.h"
 #include "loom/cli/common.h"
+#include "loom/base/fd.h"
 #include "loom/cluster/daemon.h"
 #include "loom/comm/tcp/socket.h"
 
@@ -129,34 +131,10 @@ int RunRankZero(const std::vector<std::string>& args, const std::vector<std::str
 // Asks the daemon to start ranks 1.. on the other members and runs rank 0 here.
 int RunPod(const std::string& path, const std::vector<std::string>& members,
            const std::vector<std::string>& args, double* measured) {
-  const int ranks = static_cast<int>(members.size());
-  int port = 0;
-  auto listener = comm::tcp::Listen("0.0.0.0", 0, &port);
-  if (!listener.ok()) return Fail("cluster run", listener.status());
-  auto group = cluster::RequestLaunch(path, members, args, port, 30);
-  if (!group.ok()) return Fail("cluster run", group.status());
-  std::vector<std::string> env;
-  for (char** e = environ; *e != nullptr; ++e) {
-    const std::string_view v(*e);
-    if (v.rfind("LOOM_RANK=", 0) == 0 || v.rfind("LOOM_PEERS=", 0) == 0 ||
-        v.rfind("LOOM_WORLD_SIZE=", 0) == 0 || v.rfind("LOOM_GROUP_", 0) == 0 ||
-        v.rfind("LOOM_LISTEN_FD=", 0) == 0 || v.rfind("LOOM_BACKEND=", 0) == 0) {
-      continue;
-    }
-    env.emplace_back(v);
-  }
-  std::string peers;
-  for (const json& p : (*group)["peers"]) peers += (peers.empty() ? "" : ",") + p.get<std::string>();
-  env.push_back("LOOM_BACKEND=tcp");
-  env.push_back("LOOM_RANK=0");
-  env.push_back("LOOM_WORLD_SIZE=" + std::to_string(ranks));
-  env.push_back("LOOM_PEERS=" + peers);
-  env.push_back("LOOM_GROUP_ID=" + (*group)["group_id"].get<std::string>());
-  env.push_back("LOOM_GROUP_SECRET=" + (*group)["secret"].get<std::string>());
-  env.push_back("LOOM_LISTEN_FD=" + std::to_string(kListenFd));
-  return RunRankZero(args, env, listener->get(), measured);
+  auto pod = LaunchPod(path, members, args);
+  if (!pod.ok()) return Fail("cluster run", pod.status());
+  return RunRankZero(args, pod->env, pod->listener.get(), measured);
 }
-
 
 std::vector<std::string> OwnEnvironment() {
   std::vector<std::string> env;
@@ -227,6 +205,103 @@ int RunCluster(const RunClusterOptions& o) {
 }
 
 }  // namespace
+StatusOr<PodLaunch> LaunchPod(const std::string& path, const std::vector<std::string>& members,
+                              const std::vector<std::string>& args) {
+  PodLaunch out;
+  int port = 0;
+  LOOM_ASSIGN_OR_RETURN(out.listener, comm::tcp::Listen("0.0.0.0", 0, &port));
+  LOOM_ASSIGN_OR_RETURN(json group, cluster::RequestLaunch(path, members, args, port, 30));
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string_view v(*e);
+    if (v.rfind("LOOM_RANK=", 0) == 0 || v.rfind("LOOM_PEERS=", 0) == 0 ||
+        v.rfind("LOOM_WORLD_SIZE=", 0) == 0 || v.rfind("LOOM_GROUP_", 0) == 0 ||
+        v.rfind("LOOM_LISTEN_FD=", 0) == 0 || v.rfind("LOOM_BACKEND=", 0) == 0) {
+      continue;
+    }
+    out.env.emplace_back(v);
+  }
+  std::string peers;
+  for (const json& p : group["peers"]) peers += (peers.empty() ? "" : ",") + p.get<std::string>();
+  out.env.push_back("LOOM_BACKEND=tcp");
+  out.env.push_back("LOOM_RANK=0");
+  out.env.push_back("LOOM_WORLD_SIZE=" + std::to_string(members.size()));
+  out.env.push_back("LOOM_PEERS=" + peers);
+  out.env.push_back("LOOM_GROUP_ID=" + group["group_id"].get<std::string>());
+  out.env.push_back("LOOM_GROUP_SECRET=" + group["secret"].get<std::string>());
+  out.env.push_back("LOOM_LISTEN_FD=" + std::to_string(kListenFd));
+  return out;
+}
+
+StatusOr<ServeRankZero> StartServeRankZero(const std::string& path,
+                                           const std::vector<std::string>& members,
+                                           const std::vector<std::string>& args) {
+  PodLaunch pod;
+  if (members.size() > 1) {
+    LOOM_ASSIGN_OR_RETURN(pod, LaunchPod(path, members, args));
+  } else {
+    pod.env = OwnEnvironment();
+  }
+  int out_pipe[2];
+  if (::pipe2(out_pipe, O_CLOEXEC) != 0) return InternalError("pipe: ", std::strerror(errno));
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, out_pipe[1], 1);
+  if (pod.listener.valid()) {
+    posix_spawn_file_actions_adddup2(&actions, pod.listener.get(), kListenFd);
+  }
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+  posix_spawnattr_setpgroup(&attr, 0);
+  std::vector<std::string> argv = {SelfExe()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::vector<char*> cargv, cenv;
+  for (std::string& a : argv) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  for (std::string& e : pod.env) cenv.push_back(e.data());
+  cenv.push_back(nullptr);
+  pid_t pid = -1;
+  const int err =
+      ::posix_spawn(&pid, argv[0].c_str(), &actions, &attr, cargv.data(), cenv.data());
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  ::close(out_pipe[1]);
+  if (err != 0) {
+    ::close(out_pipe[0]);
+    return InternalError("cannot start rank 0: ", std::strerror(err));
+  }
+  // `loom serve` prints its URL on stdout once it listens; after that its stdout goes to ours.
+  static const std::regex kUrl(R"(http://127\.0\.0\.1:(\d+)/)");
+  std::string out;
+  char buf[4096];
+  int port = 0;
+  while (port == 0) {
+    const ssize_t n = ::read(out_pipe[0], buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+    std::smatch m;
+    if (std::regex_search(out, m, kUrl)) port = std::stoi(m[1].str());
+  }
+  if (port == 0) {
+    ::close(out_pipe[0]);
+    int status = 0;
+    ::kill(-pid, SIGTERM);
+    ::waitpid(pid, &status, 0);
+    return UnavailableError("rank 0 (loom serve) exited before it listened; see its messages");
+  }
+  const int fd = out_pipe[0];
+  std::thread([fd] {
+    char b[4096];
+    ssize_t n;
+    while ((n = ::read(fd, b, sizeof(b))) > 0 || (n < 0 && errno == EINTR)) {
+      if (n > 0) std::fwrite(b, 1, static_cast<size_t>(n), stderr);
+    }
+    ::close(fd);
+  }).detach();
+  return ServeRankZero{pid, port};
+}
+
 void AddClusterRunCommand(CLI::App& cluster, std::function<int()>* action) {
   auto o = std::make_shared<RunClusterOptions>();
   CLI::App* run = cluster.add_subcommand(
