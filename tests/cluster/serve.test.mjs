@@ -82,4 +82,17 @@ test("a member of a serving pod dies mid-stream: the pod is planned again and th
   console.log(`killed ${victim} after ${pieces >= 10 ? 10 : pieces} pieces; ${again[0]}; serving again after ${resumed?.[1]} s`);
   assert.equal(finish, "length", stderr);
   assert.equal(text, reference.text);
+
+  // The machine comes back; `loom cluster rebalance` plans again with it, and serving goes on.
+  m.spawn(victim, ["cluster", "join", "--secret", "s", "--control", m.socket(victim), "--name", victim,
+                   "--memory", "140M"]);
+  m.status("a", ["--wait-members", "3", "--wait", "60"]);
+  const answer = JSON.parse(m.run("a", ["cluster", "rebalance", "--url", url.replace(/\/v1$/, "")]));
+  assert.equal(answer.generation, 3);
+  assert.equal(answer.ready, true);
+  assert.match(fs.readFileSync(serve.log, "utf8"), /pod 3: tp \d x pp \d on a, \w/);
+  const short = execFileSync("ip", ["netns", "exec", m.ns.a, process.execPath, path.join(here, "stream_client.mjs"),
+                                    url, "small", PROMPT, "20"], { encoding: "utf8" });
+  const shortText = short.split("\n").filter(Boolean).map((l) => JSON.parse(l)).map((e) => e.text ?? "").join("");
+  assert.ok(shortText.length > 0 && reference.text.startsWith(shortText), shortText);
 });

@@ -32,6 +32,7 @@
 #include "loom/cluster/daemon.h"
 #include "loom/net/http_client.h"
 #include "loom/net/http_server.h"
+#include "loom/net/url.h"
 
 namespace loom::cli {
 namespace {
@@ -175,8 +176,8 @@ class Supervisor {
   void Replan(const std::string& why) {
     if (stopping_ || replanning_) return;
     replanning_ = true;
-    std::fprintf(stderr, "loom cluster serve: pod %d failed (%s); planning again\n", generation_,
-                 why.c_str());
+    std::fprintf(stderr, "loom cluster serve: pod %d %s (%s); planning again\n", generation_,
+                 why == "rebalance requested" ? "ends" : "failed", why.c_str());
     const auto t0 = Clock::now();
     for (auto& [id, job] : jobs_) {
       if (job.call) job.call->Cancel();
@@ -233,6 +234,13 @@ class Supervisor {
   void Handle(const net::Request& r, const std::shared_ptr<net::Responder>& w) {
     if (!o_.api_key.empty() && r.Header("authorization") != "Bearer " + o_.api_key) {
       return w->Respond(401, "application/json", ErrorBody("invalid API key", "invalid_api_key"));
+    }
+    if (r.method == "POST" && r.path == "/cluster/rebalance") {
+      // `loom cluster rebalance`: plan again with the members up now (a machine that joined is
+      // folded in if the plan wants it); requests in flight continue on the new pod.
+      Replan("rebalance requested");
+      return w->Respond(ready_ ? 200 : 503, "application/json",
+                        json{{"generation", generation_}, {"ready", ready_}}.dump());
     }
     const bool chat = r.path == "/v1/chat/completions";
     if (r.method != "POST" || (!chat && r.path != "/v1/completions")) {
@@ -495,6 +503,25 @@ int ServeCluster(const ServeClusterOptions& o) {
   return 0;
 }
 
+int Rebalance(const std::string& url, const std::string& api_key) {
+  auto parsed = net::ParseUrl(url);
+  if (!parsed.ok()) return Fail("cluster rebalance", parsed.status());
+  net::ClientRequest req;
+  req.method = "POST";
+  req.url = *parsed;
+  req.url.target = "/cluster/rebalance";
+  if (!api_key.empty()) req.headers.push_back({"Authorization", "Bearer " + api_key});
+  req.timeout_s = 600;
+  auto r = net::Fetch(req, nullptr);
+  if (!r.ok()) return Fail("cluster rebalance", r.status());
+  if (r->status != 200) {
+    return Fail("cluster rebalance",
+                UnavailableError("the server answered ", r->status, ": ", r->body));
+  }
+  std::printf("%s\n", r->body.c_str());
+  return 0;
+}
+
 }  // namespace
 
 void AddClusterServeCommand(CLI::App& cluster, std::function<int()>* action) {
@@ -527,6 +554,16 @@ void AddClusterServeCommand(CLI::App& cluster, std::function<int()>* action) {
     o->serve_args = serve->remaining();
     *action = [o] { return ServeCluster(*o); };
   });
+
+  auto url = std::make_shared<std::string>("http://127.0.0.1:8080");
+  auto key = std::make_shared<std::string>();
+  CLI::App* rebalance = cluster.add_subcommand(
+      "rebalance",
+      "Ask a running `loom cluster serve` to plan again with the members up now (folds in a "
+      "machine that joined); requests in flight continue on the new pod");
+  rebalance->add_option("--url", *url, "The cluster serve endpoint")->capture_default_str();
+  rebalance->add_option("--api-key", *key, "Its API key, if it has one");
+  rebalance->callback([url, key, action] { *action = [url, key] { return Rebalance(*url, *key); }; });
 }
 
 }  // namespace loom::cli
