@@ -23,7 +23,7 @@ struct LinkProbeSpec {
   uint64_t probe = 0;      // names the group
   std::string secret;      // the cluster secret authenticates the group's connections
   comm::GroupOptions options;
-  double seconds_per_size = 0.25;
+  double seconds_per_size = 0.1;
 };
 
 struct LinkProbeResult {
