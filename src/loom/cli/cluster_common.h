@@ -30,9 +30,15 @@ bool Settled(const nlohmann::json& view);
 StatusOr<nlohmann::json> WaitForView(const std::string& control_path, int wait_members,
                                      double wait_s);
 
-// The cost model's predictions for `model` on the view's members: equal ranks at the slowest
-// member's speed and memory (members on one host share it), joined by the slowest of the fastest
-// links.  {model, ranks, rank, link, plans: [...], pick: {tp, pp, decode_tokens_per_s, ...}}.
+// The view's members in the order they take ranks: this one (rank 0), then the others, the fastest
+// link from this one first.
+std::vector<nlohmann::json> MembersInRankOrder(const nlohmann::json& view);
+
+// The cost model's predictions for `model` on the view's members (in rank order): ranks at the
+// slowest member's speed, each with its member's memory (members on one host share it; pipeline
+// stages get layers in proportion to it), joined by the slowest of the fastest links.
+// {model, ranks, members, rank, link, plans: [...],
+//  pick: {tp, pp, members: [ids by rank], stage_layers: [...], decode_tokens_per_s, ...}}.
 StatusOr<nlohmann::json> PlanFor(const std::string& model, const nlohmann::json& view,
                                  const PlanSpeeds& speeds, bool quiet);
 

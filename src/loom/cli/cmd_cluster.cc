@@ -136,13 +136,37 @@ bool Settled(const json& v) {
          v["probes_pending"].get<int64_t>() == 0;
 }
 
-// The cost model's prediction for this pod: equal ranks at the slowest member's speed and memory,
-// joined by the slowest of the fastest links.  The decode speed is measured here with the model's
-// kernels and scaled by each member's measured memory bandwidth.
+std::vector<json> MembersInRankOrder(const json& view) {
+  std::vector<std::pair<double, json>> others;
+  const std::string self = view["id"];
+  std::vector<json> out;
+  for (const json& m : view["members"]) {
+    if (m["state"] == "self") {
+      out.push_back(m);
+      continue;
+    }
+    double best = 0;
+    for (const json& l : view["fastest"]) {
+      if ((l["a"] == self && l["b"] == m["id"]) || (l["b"] == self && l["a"] == m["id"])) {
+        best = l["gbytes_per_s"].get<double>();
+      }
+    }
+    others.emplace_back(best, m);
+  }
+  std::stable_sort(others.begin(), others.end(),
+                   [](const auto& x, const auto& y) { return x.first > y.first; });
+  for (auto& [bw, m] : others) out.push_back(std::move(m));
+  return out;
+}
+
+// The cost model's prediction for this pod: ranks at the slowest member's speed, each with its
+// member's memory (stages' layers in proportion to it), joined by the slowest of the fastest
+// links.  The decode speed is measured here with the model's kernels and scaled by the slowest
+// member's measured memory bandwidth.
 StatusOr<json> PlanFor(const std::string& model_path, const json& v, const PlanSpeeds& o,
                        bool quiet) {
   LOOM_ASSIGN_OR_RETURN(auto file, model::OpenModel(model_path));
-  const json& members = v["members"];
+  const std::vector<json> members = MembersInRankOrder(v);
   // Members on one host (one boot id) share its memory bus and its available memory.
   struct Host {
     int members = 0;
@@ -162,10 +186,19 @@ StatusOr<json> PlanFor(const std::string& model_path, const json& v, const PlanS
     if (m["state"] == "self") self_bw = bw;
   }
   int ranks_on_host = 1;
+  for (const auto& [boot, h] : hosts) ranks_on_host = std::max(ranks_on_host, h.members);
+  // What each member lends, scaled down where the members of a host offer more than it has.
+  std::vector<int64_t> memory;
   uint64_t min_mem = 0;
-  for (const auto& [boot, h] : hosts) {
-    ranks_on_host = std::max(ranks_on_host, h.members);
-    const uint64_t each = std::min(h.available, h.offered) / static_cast<uint64_t>(h.members);
+  for (const json& m : members) {
+    const Host& h = hosts[m["facts"]["boot_id"].get<std::string>()];
+    const auto offered = m["facts"]["memory_offered"].get<uint64_t>();
+    const uint64_t each =
+        h.offered <= h.available
+            ? offered
+            : static_cast<uint64_t>(static_cast<double>(offered) *
+                                    static_cast<double>(h.available) / static_cast<double>(h.offered));
+    memory.push_back(static_cast<int64_t>(each));
     min_mem = min_mem == 0 ? each : std::min(min_mem, each);
   }
   cluster::CostInputs in;
@@ -186,6 +219,7 @@ StatusOr<json> PlanFor(const std::string& model_path, const json& v, const PlanS
     if (o.prompt_gflops > 0) in.rank.prompt_flops = o.prompt_gflops * 1e9;
   }
   in.rank.memory_bytes = static_cast<int64_t>(min_mem);
+  in.rank_memory = memory;
   for (const json& l : v["fastest"]) {
     in.link.latency_s = std::max(in.link.latency_s, l["latency_us"].get<double>() * 1e-6);
     const double bps = l["gbytes_per_s"].get<double>() * 1e9;
@@ -193,8 +227,13 @@ StatusOr<json> PlanFor(const std::string& model_path, const json& v, const PlanS
   }
   const auto all = cluster::PredictAll(*file, in);
   const cluster::Prediction* best = cluster::PickBest(all);
+  json order = json::array();
+  for (size_t r = 0; r < members.size(); ++r) {
+    order.push_back({{"id", members[r]["id"]}, {"name", members[r]["name"]}, {"memory_bytes", memory[r]}});
+  }
   json out = {{"model", model_path},
               {"ranks", in.ranks},
+              {"members", order},
               {"ranks_per_host", ranks_on_host},
               {"rank", {{"memory_bytes", in.rank.memory_bytes},
                         {"decode_bytes_per_s", in.rank.decode_bytes_per_s},
@@ -215,8 +254,16 @@ StatusOr<json> PlanFor(const std::string& model_path, const json& v, const PlanS
     out["plans"].push_back(e);
   }
   if (best != nullptr) {
+    json ids = json::array(), layers = json::array();
+    for (int r = 0; r < best->tp * best->pp; ++r) ids.push_back(members[r]["id"]);
+    for (int st = 0; st < best->pp; ++st) {
+      const model::ShardSpec& sh = best->plan.rank(st * best->tp).shard;
+      layers.push_back(sh.layer_end - sh.layer_begin);
+    }
     out["pick"] = {{"tp", best->tp},
                    {"pp", best->pp},
+                   {"members", ids},
+                   {"stage_layers", layers},
                    {"decode_tokens_per_s", best->decode_tokens_per_s},
                    {"prompt_tokens_per_s", best->prompt_tokens_per_s}};
   }

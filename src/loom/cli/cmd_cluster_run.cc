@@ -52,27 +52,6 @@ std::string SelfExe() {
   return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string("loom");
 }
 
-// The other members, fastest link from this one first.
-std::vector<json> OthersByLink(const json& view) {
-  std::vector<std::pair<double, json>> others;
-  const std::string self = view["id"];
-  for (const json& m : view["members"]) {
-    if (m["state"] == "self") continue;
-    double best = 0;
-    for (const json& l : view["fastest"]) {
-      if ((l["a"] == self && l["b"] == m["id"]) || (l["b"] == self && l["a"] == m["id"])) {
-        best = l["gbytes_per_s"].get<double>();
-      }
-    }
-    others.emplace_back(best, m);
-  }
-  std::stable_sort(others.begin(), others.end(),
-                   [](const auto& x, const auto& y) { return x.first > y.first; });
-  std::vector<json> out;
-  for (auto& [bw, m] : others) out.push_back(std::move(m));
-  return out;
-}
-
 // Runs rank 0 with `env`; stdout is the terminal's, stderr is passed through line by line and
 // the generation speed `loom run` reports is picked out of it.  Returns the exit code.
 int RunRankZero(const std::vector<std::string>& args, const std::vector<std::string>& env,
@@ -154,6 +133,8 @@ int RunCluster(const RunClusterOptions& o) {
   // A split given in part is completed with 1 (`--tp 2` alone is TP=2, PP=1, as for `loom run`).
   int tp = o.tp == 0 && o.pp > 0 ? 1 : o.tp, pp = o.pp == 0 && o.tp > 0 ? 1 : o.pp;
   double predicted = 0;
+  std::vector<std::string> members;  // by rank
+  std::string stage_layers;          // the plan's layers per stage, "5,3"
   if (tp == 0 && pp == 0) {
     auto plan = PlanFor(o.model, *view, o.speeds, /*quiet=*/false);
     if (!plan.ok()) return Fail("cluster run", plan.status());
@@ -167,26 +148,33 @@ int RunCluster(const RunClusterOptions& o) {
     tp = pick["tp"].get<int>();
     pp = pick["pp"].get<int>();
     predicted = pick["decode_tokens_per_s"].get<double>();
+    for (const json& id : pick["members"]) members.push_back(id);
+    for (const json& n : pick["stage_layers"]) {
+      stage_layers += (stage_layers.empty() ? "" : ",") + std::to_string(n.get<int64_t>());
+    }
+  } else {
+    const std::vector<json> order = MembersInRankOrder(*view);
+    if (tp * pp > static_cast<int>(order.size())) {
+      return Fail("cluster run", InvalidArgumentError("tp ", tp, " x pp ", pp, " needs ", tp * pp,
+                                                      " members; the cluster has ", order.size()));
+    }
+    for (int r = 0; r < tp * pp; ++r) members.push_back(order[r]["id"]);
   }
   const int ranks = tp * pp;
-  const std::vector<json> others = OthersByLink(*view);
-  if (ranks - 1 > static_cast<int>(others.size())) {
-    return Fail("cluster run", InvalidArgumentError("tp ", tp, " x pp ", pp, " needs ", ranks,
-                                                    " members; the cluster has ",
-                                                    others.size() + 1));
-  }
-  std::vector<std::string> members = {(*view)["id"].get<std::string>()};
-  std::string names = (*view)["name"].get<std::string>();
-  for (int r = 1; r < ranks; ++r) {
-    members.push_back(others[r - 1]["id"]);
-    names += ", " + others[r - 1]["name"].get<std::string>();
+  std::string names;
+  for (const std::string& id : members) {
+    for (const json& m : (*view)["members"]) {
+      if (m["id"] == id) names += (names.empty() ? "" : ", ") + m["name"].get<std::string>();
+    }
   }
   std::vector<std::string> args = {"run"};
   args.insert(args.end(), o.run_args.begin(), o.run_args.end());
   args.insert(args.end(), {"-m", o.model, "--tp", std::to_string(tp), "--pp", std::to_string(pp)});
+  if (pp > 1 && !stage_layers.empty()) args.insert(args.end(), {"--stage-layers", stage_layers});
   if (predicted > 0) {
-    std::fprintf(stderr, "loom cluster run: tp %d x pp %d on %s; predicted %.1f tokens/s\n", tp, pp,
-                 names.c_str(), predicted);
+    std::fprintf(stderr, "loom cluster run: tp %d x pp %d on %s%s; predicted %.1f tokens/s\n", tp,
+                 pp, names.c_str(),
+                 pp > 1 ? (" (layers " + stage_layers + ")").c_str() : "", predicted);
   } else {
     std::fprintf(stderr, "loom cluster run: tp %d x pp %d on %s\n", tp, pp, names.c_str());
   }

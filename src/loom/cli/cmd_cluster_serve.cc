@@ -117,8 +117,11 @@ class Supervisor {
       if (!view.ok()) return view.status();
     }
     int tp = o_.tp == 0 && o_.pp > 0 ? 1 : o_.tp, pp = o_.pp == 0 && o_.tp > 0 ? 1 : o_.pp;
-    const int members = static_cast<int>((*view)["members"].size());
+    const std::vector<json> order = MembersInRankOrder(*view);
+    const int members = static_cast<int>(order.size());
     if (tp * pp > members) tp = pp = 0;  // the split given no longer fits: plan one
+    std::vector<std::string> ids;
+    std::string stage_layers;
     if (tp == 0 || pp == 0) {
       auto plan = PlanFor(o_.model, *view, speeds_.decode_gbs > 0 ? speeds_ : o_.speeds, false);
       if (!plan.ok()) return plan.status();
@@ -126,19 +129,24 @@ class Supervisor {
         return ResourceExhaustedError("no plan fits ", o_.model, " on the ", members,
                                       " members up");
       }
-      tp = (*plan)["pick"]["tp"];
-      pp = (*plan)["pick"]["pp"];
+      const json& pick = (*plan)["pick"];
+      tp = pick["tp"];
+      pp = pick["pp"];
+      for (const json& id : pick["members"]) ids.push_back(id);
+      for (const json& n : pick["stage_layers"]) {
+        stage_layers += (stage_layers.empty() ? "" : ",") + std::to_string(n.get<int64_t>());
+      }
       // Re-plans reuse this machine's measured speeds (measuring takes seconds).
       speeds_.decode_gbs = (*plan)["rank"]["decode_bytes_per_s"].get<double>() / 1e9;
       speeds_.prompt_gflops = (*plan)["rank"]["prompt_flops"].get<double>() / 1e9;
+    } else {
+      for (int r = 0; r < tp * pp; ++r) ids.push_back(order[r]["id"]);
     }
-    std::vector<std::string> ids = {(*view)["id"]};
-    std::string names = (*view)["name"];
-    for (const json& m : (*view)["members"]) {
-      if (static_cast<int>(ids.size()) == tp * pp) break;
-      if (m["state"] == "self") continue;
-      ids.push_back(m["id"]);
-      names += ", " + m["name"].get<std::string>();
+    std::string names;
+    for (const std::string& id : ids) {
+      for (const json& m : order) {
+        if (m["id"] == id) names += (names.empty() ? "" : ", ") + m["name"].get<std::string>();
+      }
     }
     pod_members_ = std::set<std::string>(ids.begin(), ids.end());
     std::vector<std::string> args = {"serve"};
@@ -146,6 +154,7 @@ class Supervisor {
     args.insert(args.end(), {"-m", o_.model, "--tp", std::to_string(tp), "--pp",
                              std::to_string(pp), "--host", "127.0.0.1", "--port", "0",
                              "--api-key", key_});
+    if (pp > 1 && !stage_layers.empty()) args.insert(args.end(), {"--stage-layers", stage_layers});
     std::fprintf(stderr, "loom cluster serve: pod %d: tp %d x pp %d on %s\n", ++generation_, tp,
                  pp, names.c_str());
     auto rank0 = StartServeRankZero(path_, ids, args);

@@ -84,7 +84,15 @@ Prediction Predict(const model::ModelFile& file, const CostInputs& in, int tp, i
   req.tp = tp;
   req.pp = pp;
   req.context = in.context;
-  if (in.rank.memory_bytes > 0) req.rank_memory = {in.rank.memory_bytes};
+  if (static_cast<int>(in.rank_memory.size()) >= tp * pp) {
+    req.rank_memory.assign(in.rank_memory.begin(), in.rank_memory.begin() + tp * pp);
+    for (int s = 0; s < pp && pp > 1; ++s) {
+      const auto first = req.rank_memory.begin() + s * tp;
+      req.stage_weights.push_back(static_cast<double>(*std::min_element(first, first + tp)));
+    }
+  } else if (in.rank.memory_bytes > 0) {
+    req.rank_memory = {in.rank.memory_bytes};
+  }
   auto plan = parallel::MakePlan(file, req);
   if (!plan.ok()) {
     p.why_not = plan.status().message();

@@ -39,6 +39,10 @@ struct CostInputs {
   int64_t prompt_tokens = 512;  // prompt length for the prompt-speed prediction
   int64_t chunk = 256;          // prompt tokens per forward pass (pipelined chunks)
   int64_t context = 0;          // KV positions (memory check); 0 = the model's
+  // Ranks that differ in memory (members of a self-forming pod), in rank order: each rank's
+  // memory for the fit check, and each pipeline stage's layers in proportion to the least memory
+  // among its ranks.  Empty: every rank has rank.memory_bytes and stages split evenly.
+  std::vector<int64_t> rank_memory;
 };
 
 struct Prediction {
