@@ -152,7 +152,10 @@ int FreePort() {
 
 TEST_F(DoctorCliTest, LinksOfTwoDaemonsOnLoopback) {
   const std::string a = dir_ + "/a.sock", b = dir_ + "/b.sock";
-  const std::string pa = std::to_string(FreePort()), pb = std::to_string(FreePort());
+  const int port_a = FreePort();
+  int port_b = FreePort();
+  while (port_b == port_a) port_b = FreePort();
+  const std::string pa = std::to_string(port_a), pb = std::to_string(port_b);
   const std::string join = kLoom + " cluster join --secret s --no-multicast --bind 127.0.0.1 " +
                            "--quiet --member-timeout 5";
   // Both daemons in the background of one shell, stopped when it is done.

@@ -192,9 +192,10 @@ StatusOr<json> ModelSection(const model::ModelFile& file, const ModelAdviceInput
 
   json advice = json::array();
   const std::string need = Size(static_cast<double>(weights + kv)) + " (weights " +
-                           Size(static_cast<double>(weights)) + " + KV cache " +
-                           Size(static_cast<double>(kv)) + " for " + std::to_string(context) +
-                           " positions)";
+                           Size(static_cast<double>(weights)) + " + " +
+                           Size(static_cast<double>(kv)) +
+                           " of KV cache, the keys and values attention keeps, for " +
+                           std::to_string(context) + " positions)";
   if (fits) {
     advice.push_back("It fits on this machine: it needs " + need + " of " +
                      Size(static_cast<double>(in.available_here)) + " available.");
@@ -217,6 +218,11 @@ StatusOr<json> ModelSection(const model::ModelFile& file, const ModelAdviceInput
   advice.push_back("Predictions for " + over + ", each rank reading weights at " +
                    Fixed(in.cost.rank.decode_bytes_per_s / 1e9, 1) + " GB/s with " +
                    Size(static_cast<double>(in.cost.rank.memory_bytes)) + " of memory.");
+  advice.push_back(
+      "How to read the splits: tpN (tensor parallelism) divides every layer's weights among N "
+      "machines, which combine their partial results twice per layer (an all-reduce: a message "
+      "to every other machine); ppN (a pipeline) gives each of N machines a run of whole layers, "
+      "and a token's activations pass from one to the next once per stage.");
   if (best == nullptr) {
     advice.push_back(
         "No split fits in memory on these machines: add machines or memory, or "
