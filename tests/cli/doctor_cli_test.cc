@@ -173,6 +173,12 @@ TEST_F(DoctorCliTest, LinksOfTwoDaemonsOnLoopback) {
   const json& c = j["cluster"];
   EXPECT_TRUE(c["daemon"].get<bool>());
   ASSERT_EQ(c["members"].size(), 2u) << c.dump();
+  for (const json& m : c["members"]) {
+    EXPECT_TRUE(m["cores"].is_number_integer()) << m.dump();
+    EXPECT_GT(m["cores"].get<int>(), 0) << m.dump();
+    EXPECT_GT(m["read_gbytes_per_s"].get<double>(), 0) << m.dump();
+  }
+  EXPECT_TRUE(c["members"][0]["self"].get<bool>());
   ASSERT_EQ(c["pairs"].size(), 1u) << c.dump();
   const json& pair = c["pairs"][0];
   ASSERT_TRUE(pair["fastest"].is_object()) << pair.dump();

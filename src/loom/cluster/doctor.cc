@@ -329,14 +329,15 @@ json ClusterSection(const StatusOr<json>& view, const std::string& control_path)
   for (const json& m : Arr(v, "members")) {
     const json facts = m.is_object() && m.contains("facts") ? m["facts"] : json::object();
     names[Str(m, "id")] = Str(m, "name");
-    members.push_back({{"id", Str(m, "id").substr(0, 8)},
-                       {"name", Str(m, "name")},
-                       {"self", Str(m, "state") == "self"},
-                       {"address", Str(m, "address")},
-                       {"cores", Num(facts, "cores")},
-                       {"memory_available_bytes", Num(facts, "memory_available")},
-                       {"read_gbytes_per_s", Num(facts, "read_gbytes_per_s")},
-                       {"simd", Str(facts, "simd")}});
+    members.push_back(
+        {{"id", Str(m, "id").substr(0, 8)},
+         {"name", Str(m, "name")},
+         {"self", Str(m, "state") == "self"},
+         {"address", Str(m, "address")},
+         {"cores", static_cast<int64_t>(Num(facts, "cores"))},
+         {"memory_available_bytes", static_cast<int64_t>(Num(facts, "memory_available"))},
+         {"read_gbytes_per_s", Num(facts, "read_gbytes_per_s")},
+         {"simd", Str(facts, "simd")}});
   }
   // The measured links by pair of members, the daemon's fastest per pair marked.
   auto key = [](const json& l) { return std::minmax(Str(l, "a"), Str(l, "b")); };
