@@ -31,5 +31,6 @@ void AddHubLedgerCommands(CLI::App& hub, CLI::App& account, Action* action);
 void AddHubNodeCommands(CLI::App& hub, Action* action);  // cmd_hub_nodes.cc: nodes' accounts
 void AddNodeCommand(CLI::App& app, Action* action);       // cmd_node.cc: lend this machine
 void AddClusterCommand(CLI::App& app, Action* action);    // cmd_cluster.cc: self-forming pods
+void AddDoctorCommand(CLI::App& app, Action* action);     // cmd_doctor.cc: facts and advice
 
 }  // namespace loom::cli

@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   loom::cli::AddHubCommand(app, &action);
   loom::cli::AddNodeCommand(app, &action);
   loom::cli::AddClusterCommand(app, &action);
+  loom::cli::AddDoctorCommand(app, &action);
   const std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty()) {
     std::fprintf(stderr, "%s\n", app.help().c_str());
