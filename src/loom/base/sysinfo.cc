@@ -75,4 +75,10 @@ double MeasureReadBandwidth(int threads, int64_t bytes, int repeats) {
   return best;
 }
 
+std::string SelfExecutable(const std::string& fallback) {
+  char buf[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : fallback;
+}
+
 }  // namespace loom::base

@@ -14,6 +14,10 @@ struct MemoryInfo {
 // Reads /proc/meminfo (falls back to sysconf); zeros when unknown.
 MemoryInfo ReadMemoryInfo();
 
+// This program's own executable (Linux: /proc/self/exe), to start more of itself; `fallback` when
+// the OS does not say.
+std::string SelfExecutable(const std::string& fallback = "loom");
+
 // The CPU model name, e.g. "AMD EPYC 9B45", or "unknown".
 std::string CpuModelName();
 

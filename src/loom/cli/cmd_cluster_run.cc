@@ -22,10 +22,12 @@
 #include <string>
 #include <vector>
 
+#include "loom/base/sysinfo.h"
 #include "loom/cli/cluster_common.h"
 #include "loom/cli/common.h"
 #include "loom/base/fd.h"
 #include "loom/cluster/daemon.h"
+#include "loom/cluster/rank_env.h"
 #include "loom/comm/tcp/socket.h"
 
 extern char** environ;
@@ -46,12 +48,6 @@ struct RunClusterOptions {
   std::vector<std::string> run_args;  // everything else, for `loom run`
 };
 
-std::string SelfExe() {
-  char buf[4096];
-  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string("loom");
-}
-
 // Runs rank 0 with `env`; stdout is the terminal's, stderr is passed through line by line and
 // the generation speed `loom run` reports is picked out of it.  Returns the exit code.
 int RunRankZero(const std::vector<std::string>& args, const std::vector<std::string>& env,
@@ -62,7 +58,7 @@ int RunRankZero(const std::vector<std::string>& args, const std::vector<std::str
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, err_pipe[1], 2);
   if (listener >= 0) posix_spawn_file_actions_adddup2(&actions, listener, kListenFd);
-  std::vector<std::string> argv = {SelfExe()};
+  std::vector<std::string> argv = {base::SelfExecutable()};
   argv.insert(argv.end(), args.begin(), args.end());
   std::vector<char*> cargv, cenv;
   for (std::string& a : argv) cargv.push_back(a.data());
@@ -199,24 +195,9 @@ StatusOr<PodLaunch> LaunchPod(const std::string& path, const std::vector<std::st
   int port = 0;
   LOOM_ASSIGN_OR_RETURN(out.listener, comm::tcp::Listen("0.0.0.0", 0, &port));
   LOOM_ASSIGN_OR_RETURN(json group, cluster::RequestLaunch(path, members, args, port, 30));
-  for (char** e = environ; *e != nullptr; ++e) {
-    const std::string_view v(*e);
-    if (v.rfind("LOOM_RANK=", 0) == 0 || v.rfind("LOOM_PEERS=", 0) == 0 ||
-        v.rfind("LOOM_WORLD_SIZE=", 0) == 0 || v.rfind("LOOM_GROUP_", 0) == 0 ||
-        v.rfind("LOOM_LISTEN_FD=", 0) == 0 || v.rfind("LOOM_BACKEND=", 0) == 0) {
-      continue;
-    }
-    out.env.emplace_back(v);
-  }
-  std::string peers;
-  for (const json& p : group["peers"]) peers += (peers.empty() ? "" : ",") + p.get<std::string>();
-  out.env.push_back("LOOM_BACKEND=tcp");
-  out.env.push_back("LOOM_RANK=0");
-  out.env.push_back("LOOM_WORLD_SIZE=" + std::to_string(members.size()));
-  out.env.push_back("LOOM_PEERS=" + peers);
-  out.env.push_back("LOOM_GROUP_ID=" + group["group_id"].get<std::string>());
-  out.env.push_back("LOOM_GROUP_SECRET=" + group["secret"].get<std::string>());
-  out.env.push_back("LOOM_LISTEN_FD=" + std::to_string(kListenFd));
+  std::vector<std::string> peers;
+  for (const json& p : group["peers"]) peers.push_back(p);
+  out.env = cluster::RankEnvironment({0, peers, group["group_id"], group["secret"], kListenFd});
   return out;
 }
 
@@ -241,7 +222,7 @@ StatusOr<ServeRankZero> StartServeRankZero(const std::string& path,
   posix_spawnattr_init(&attr);
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
   posix_spawnattr_setpgroup(&attr, 0);
-  std::vector<std::string> argv = {SelfExe()};
+  std::vector<std::string> argv = {base::SelfExecutable()};
   argv.insert(argv.end(), args.begin(), args.end());
   std::vector<char*> cargv, cenv;
   for (std::string& a : argv) cargv.push_back(a.data());

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/base/sysinfo.h"
 #include "loom/base/thread_pool.h"
 #include "loom/cli/commands.h"
 #include "loom/cli/common.h"
@@ -30,12 +31,6 @@ struct LaunchFlags {
   std::vector<std::string> command;
 };
 
-std::string SelfExe() {
-  char buf[PATH_MAX];
-  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string("loom");
-}
-
 int RunLaunch(const LaunchFlags& f) {
   if (f.rank_wrapper) return cluster::RunRankWrapper(f.command);
   cluster::LaunchSpec spec;
@@ -43,7 +38,7 @@ int RunLaunch(const LaunchFlags& f) {
   spec.backend = f.backend;
   spec.bind = f.bind;
   spec.command = f.command;
-  spec.self_exe = SelfExe();
+  spec.self_exe = base::SelfExecutable();
   spec.as_root = ::geteuid() == 0;
   spec.local_cores = base::ThreadPool::AvailableCores();
   if (!f.hostfile.empty()) {

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "loom/base/sysinfo.h"
 #include "loom/base/thread_pool.h"
 #include "loom/cli/common.h"
 #include "loom/cluster/launcher.h"
@@ -54,19 +55,13 @@ std::vector<std::string> OwnCommandLine() {
   return args;
 }
 
-std::string SelfExe() {
-  char buf[4096];
-  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string("loom");
-}
-
 }  // namespace
 
 int SelfLaunch(const PodFlags& flags, const char* command) {
   cluster::LaunchSpec spec;
   spec.num_ranks = flags.tp * flags.pp;
   spec.backend = flags.backend;
-  spec.self_exe = SelfExe();
+  spec.self_exe = base::SelfExecutable();
   spec.command = OwnCommandLine();
   if (spec.command.empty()) {
     return Fail(command, InternalError("cannot read this process's command line"));

@@ -15,28 +15,16 @@
 #include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
 
+#include "loom/base/sysinfo.h"
 #include "loom/cluster/daemon_impl.h"
+#include "loom/cluster/rank_env.h"
 #include "loom/comm/tcp/socket.h"
-
-extern char** environ;
 
 namespace loom::cluster {
 namespace {
 
 constexpr auto kLaunchTimeout = std::chrono::seconds(15);
 constexpr int kRankListenFd = 3;
-
-std::string SelfExe() {
-  char buf[4096];
-  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
-}
-
-std::string Join(const std::vector<std::string>& items) {
-  std::string out;
-  for (const std::string& s : items) out += (out.empty() ? "" : ",") + s;
-  return out;
-}
 
 StatusOr<MemberId> ParseMemberId(const std::string& hex) {
   MemberId id{};
@@ -199,27 +187,11 @@ void Daemon::Impl::OnRankStart(const ConnPtr& c, const RankStart& m) {
     return;
   }
   LocalRank& r = it->second;
-  const std::string exe = SelfExe();
+  const std::string exe = base::SelfExecutable("");
   std::vector<std::string> argv = {exe};
   argv.insert(argv.end(), m.args.begin(), m.args.end());
-  std::vector<std::string> env;
-  for (char** e = environ; *e != nullptr; ++e) {
-    const std::string_view v(*e);
-    if (v.rfind("LOOM_RANK=", 0) == 0 || v.rfind("LOOM_PEERS=", 0) == 0 ||
-        v.rfind("LOOM_WORLD_SIZE=", 0) == 0 || v.rfind("LOOM_GROUP_", 0) == 0 ||
-        v.rfind("LOOM_LISTEN_FD=", 0) == 0 || v.rfind("LOOM_BACKEND=", 0) == 0 ||
-        v.rfind("LOOM_HOSTFILE=", 0) == 0) {
-      continue;
-    }
-    env.emplace_back(v);
-  }
-  env.push_back("LOOM_BACKEND=tcp");
-  env.push_back(StrCat("LOOM_RANK=", m.rank));
-  env.push_back(StrCat("LOOM_WORLD_SIZE=", m.peers.size()));
-  env.push_back("LOOM_PEERS=" + Join(m.peers));
-  env.push_back("LOOM_GROUP_ID=" + m.group_id);
-  env.push_back("LOOM_GROUP_SECRET=" + GroupSecret(m.launch));
-  env.push_back(StrCat("LOOM_LISTEN_FD=", kRankListenFd));
+  std::vector<std::string> env = RankEnvironment(
+      {m.rank, m.peers, m.group_id, GroupSecret(m.launch), kRankListenFd});
   int out[2];
   if (exe.empty() || ::pipe2(out, O_CLOEXEC) != 0) {
     Send(c, EncodeRankExit({m.launch, m.rank, 127, "cannot start a rank"}, c->session,
