@@ -172,5 +172,43 @@ TEST(ClusterMessages, MalformedBodiesNameTheField) {
   EXPECT_FALSE(DecodeFacts(*he).ok());
 }
 
+TEST(ClusterMessages, ARankStartCarriesPeersAndLongArgumentsAndOnlyRunOrServe) {
+  const Key key = TestKey();
+  RankStart m;
+  m.launch = 42;
+  m.rank = 1;
+  m.group_id = "loom-cluster-abc";
+  m.peers = {"10.0.0.1:4000", "0.0.0.0:4001"};
+  m.args = {"run", "-m", "model.gguf", "-p", std::string(5000, 'x')};  // a long prompt
+  auto bytes = EncodeRankStart(m, key, 7);
+  auto e = SplitEnvelope(bytes);
+  ASSERT_TRUE(e.ok());
+  auto back = DecodeRankStart(*e);
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->peers, m.peers);
+  EXPECT_EQ(back->args, m.args);
+  // A daemon starts only its own binary with run or serve.
+  m.args = {"launch", "--", "/bin/sh"};
+  bytes = EncodeRankStart(m, key, 8);
+  e = SplitEnvelope(bytes);
+  ASSERT_TRUE(e.ok());
+  back = DecodeRankStart(*e);
+  ASSERT_FALSE(back.ok());
+  EXPECT_NE(back.status().message().find("must start with run or serve"), std::string::npos);
+  // Rank 0 is the requester's own; a rank outside the peers is refused.
+  m.args = {"run"};
+  m.rank = 2;
+  bytes = EncodeRankStart(m, key, 9);
+  e = SplitEnvelope(bytes);
+  ASSERT_TRUE(e.ok());
+  EXPECT_FALSE(DecodeRankStart(*e).ok());
+  // A reservation answer has a port or an error, never both or neither.
+  RankReserved r{42, 1, 0, ""};
+  bytes = EncodeRankReserved(r, key, 10);
+  e = SplitEnvelope(bytes);
+  ASSERT_TRUE(e.ok());
+  EXPECT_FALSE(DecodeRankReserved(*e).ok());
+}
+
 }  // namespace
 }  // namespace loom::cluster
