@@ -1,5 +1,6 @@
-// Mixture-of-experts models against llama.cpp: synthetic Mixtral- and Qwen3-MoE-shaped GGUF files
-// (written by `loom synth`, F32 and quantized) run greedily by llama.cpp (the npm package
+// Mixture-of-experts models against llama.cpp: synthetic Mixtral-, Qwen3-MoE- and DeepSeek-V3-shaped
+// GGUF files and a dense Llama with YaRN RoPE scaling (written by `loom synth`, F32 and quantized)
+// run greedily by llama.cpp (the npm package
 // node-llama-cpp, its prebuilt CPU binary) and by `loom run --json`, one process and two pipeline
 // stages.  Loom's tokens must equal llama.cpp's up to the first step where llama.cpp's own top two
 // logits are within kMargin of each other (there a difference in rounding may pick either), and at
@@ -126,6 +127,9 @@ const cases = [
   { name: "qwen3moe-q4_0", args: [...qwen3moe, "--type", "q4_0", "--seed", "7"] },
   { name: "deepseek2-f32", args: [...deepseek2, "--type", "f32", "--seed", "1"] },
   { name: "deepseek2-q8_0", args: [...deepseek2, "--type", "q8_0", "--seed", "3"] },
+  // A dense Llama whose GGUF says YaRN (factor 4 over a quarter of the context): the ramp and the
+  // magnitude correction on the rotation, as llama.cpp applies them to any architecture.
+  { name: "llama-yarn-f32", args: ["--yarn", "4", "--type", "f32", "--seed", "1"] },
 ];
 
 for (const c of cases) {

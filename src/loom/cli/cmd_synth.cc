@@ -26,6 +26,7 @@ struct SynthCliOptions {
   int64_t experts_used = 2;
   int64_t expert_ffn = 0;
   bool peaked = false;
+  float yarn = 0.0f;
   uint64_t seed = 1;
   int threads = 0;
   bool list = false;
@@ -101,6 +102,7 @@ int RunSynth(const SynthCliOptions& o) {
   options.n_experts_used = o.experts_used;
   options.expert_ffn_dim = o.expert_ffn;
   options.peaked = o.peaked;
+  options.yarn_factor = o.yarn;
   options.seed = o.seed;
   options.threads = o.threads;
   const base::Stopwatch watch;
@@ -150,6 +152,9 @@ void AddSynthCommand(CLI::App& app, Action* action) {
                   "qwen3moe, deepseek2: each expert's feed-forward width (0: the shape's ffn / "
                   "experts-used)")
       ->capture_default_str();
+  sub->add_option("--yarn", options->yarn,
+                  "YaRN RoPE scaling by this factor over a quarter of the context (0: none)")
+      ->check(CLI::Range(0.0f, 1024.0f));
   sub->add_flag("--peaked", options->peaked,
                 "unit-gain weights and a strong output head: a peaked next-token distribution");
   sub->add_option("--seed", options->seed, "random seed (same seed, same file)")

@@ -210,6 +210,12 @@ Status AddMetadata(const SynthOptions& o, GgufWriter& w) {
            static_cast<uint32_t>(deepseek ? s.n_heads : s.n_kv_heads));
   w.AddF32(a + "attention.layer_norm_rms_epsilon", s.rms_eps);
   w.AddF32(a + "rope.freq_base", s.rope_theta);
+  if (o.yarn_factor > 0.0f && !deepseek) {
+    w.AddString(a + "rope.scaling.type", "yarn");
+    w.AddF32(a + "rope.scaling.factor", o.yarn_factor);
+    w.AddU32(a + "rope.scaling.original_context_length",
+             static_cast<uint32_t>(s.context_length / 4));
+  }
   w.AddU32(a + "vocab_size", static_cast<uint32_t>(s.vocab_size));
   if (IsMoe(o)) {
     w.AddU32(a + "expert_count", static_cast<uint32_t>(o.n_experts));

@@ -68,6 +68,9 @@ struct SynthOptions {
   // deviation about 6: a peaked next-token distribution, so near-ties are rare); the embedding's
   // values are about kPeakedGain.  Off: every matrix has standard deviation 0.02.
   bool peaked = false;
+  // YaRN RoPE scaling by this factor over a quarter of the shape's context (rope.scaling.* keys,
+  // no log multiplier); 0: none.  deepseek2 always has its own (factor 4, log multiplier 0.1).
+  float yarn_factor = 0.0f;
   uint64_t seed = 1;
   int threads = 0;  // 0: one per available core
   // Called after each piece of tensor data is written with (bytes so far, total bytes).
