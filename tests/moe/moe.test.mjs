@@ -127,6 +127,8 @@ const cases = [
   { name: "qwen3moe-q4_0", args: [...qwen3moe, "--type", "q4_0", "--seed", "7"] },
   { name: "deepseek2-f32", args: [...deepseek2, "--type", "f32", "--seed", "1"] },
   { name: "deepseek2-q8_0", args: [...deepseek2, "--type", "q8_0", "--seed", "3"] },
+  // The newer layout (attn_k_b / attn_v_b, key_length_mla): llama.cpp's absorbed MLA path.
+  { name: "deepseek2-split-f32", args: [...deepseek2, "--mla-split", "--type", "f32", "--seed", "5"] },
   // A dense Llama whose GGUF says YaRN (factor 4 over a quarter of the context): the ramp and the
   // magnitude correction on the rotation, as llama.cpp applies them to any architecture.
   { name: "llama-yarn-f32", args: ["--yarn", "4", "--type", "f32", "--seed", "1"] },

@@ -27,6 +27,7 @@ struct SynthCliOptions {
   int64_t expert_ffn = 0;
   bool peaked = false;
   float yarn = 0.0f;
+  bool mla_split = false;
   uint64_t seed = 1;
   int threads = 0;
   bool list = false;
@@ -103,6 +104,7 @@ int RunSynth(const SynthCliOptions& o) {
   options.expert_ffn_dim = o.expert_ffn;
   options.peaked = o.peaked;
   options.yarn_factor = o.yarn;
+  options.mla_split = o.mla_split;
   options.seed = o.seed;
   options.threads = o.threads;
   const base::Stopwatch watch;
@@ -155,6 +157,8 @@ void AddSynthCommand(CLI::App& app, Action* action) {
   sub->add_option("--yarn", options->yarn,
                   "YaRN RoPE scaling by this factor over a quarter of the context (0: none)")
       ->check(CLI::Range(0.0f, 1024.0f));
+  sub->add_flag("--mla-split", options->mla_split,
+                "deepseek2: attn_k_b / attn_v_b and key_length_mla (newer llama.cpp layout)");
   sub->add_flag("--peaked", options->peaked,
                 "unit-gain weights and a strong output head: a peaked next-token distribution");
   sub->add_option("--seed", options->seed, "random seed (same seed, same file)")

@@ -134,7 +134,12 @@ std::vector<PlannedTensor> PlanTensors(const SynthOptions& o) {
       t.push_back({p + "attn_q_b.weight", type, {h * (m.nope + m.rope), m.q_lora}, false, unit});
       t.push_back({p + "attn_kv_a_mqa.weight", type, {m.kv_lora + m.rope, s.dim}, false, unit});
       t.push_back({p + "attn_kv_a_norm.weight", DType::kF32, {m.kv_lora}, true});
-      t.push_back({p + "attn_kv_b.weight", type, {h * (m.nope + m.v), m.kv_lora}, false, unit});
+      if (o.mla_split) {
+        t.push_back({p + "attn_k_b.weight", type, {h, m.kv_lora, m.nope}, false, unit});
+        t.push_back({p + "attn_v_b.weight", type, {h, m.v, m.kv_lora}, false, unit});
+      } else {
+        t.push_back({p + "attn_kv_b.weight", type, {h * (m.nope + m.v), m.kv_lora}, false, unit});
+      }
       t.push_back({p + "attn_output.weight", type, {s.dim, h * m.v}, false, unit});
       t.push_back({p + "ffn_norm.weight", DType::kF32, {s.dim}, true});
       if (l < kDeepseekDenseLayers) {
@@ -205,9 +210,10 @@ Status AddMetadata(const SynthOptions& o, GgufWriter& w) {
   w.AddU32(a + "rope.dimension_count",
            static_cast<uint32_t>(deepseek ? m.rope : s.dim / s.n_heads));
   w.AddU32(a + "attention.head_count", static_cast<uint32_t>(s.n_heads));
-  // DeepSeek (older layout): every head has its own decompressed key and value.
+  // DeepSeek, older layout: every head has its own decompressed key and value; the split layout
+  // is one latent "head" (multi-query attention over the latents).
   w.AddU32(a + "attention.head_count_kv",
-           static_cast<uint32_t>(deepseek ? s.n_heads : s.n_kv_heads));
+           static_cast<uint32_t>(deepseek ? (o.mla_split ? 1 : s.n_heads) : s.n_kv_heads));
   w.AddF32(a + "attention.layer_norm_rms_epsilon", s.rms_eps);
   w.AddF32(a + "rope.freq_base", s.rope_theta);
   if (o.yarn_factor > 0.0f && !deepseek) {
@@ -223,8 +229,15 @@ Status AddMetadata(const SynthOptions& o, GgufWriter& w) {
     if (deepseek) {
       // The older layout llama.cpp still reads: key_length / value_length are the decompressed
       // head sizes (no key_length_mla), attn_kv_b unsplit.
-      w.AddU32(a + "attention.key_length", static_cast<uint32_t>(m.nope + m.rope));
-      w.AddU32(a + "attention.value_length", static_cast<uint32_t>(m.v));
+      if (o.mla_split) {
+        w.AddU32(a + "attention.key_length", static_cast<uint32_t>(m.kv_lora + m.rope));
+        w.AddU32(a + "attention.value_length", static_cast<uint32_t>(m.kv_lora));
+        w.AddU32(a + "attention.key_length_mla", static_cast<uint32_t>(m.nope + m.rope));
+        w.AddU32(a + "attention.value_length_mla", static_cast<uint32_t>(m.v));
+      } else {
+        w.AddU32(a + "attention.key_length", static_cast<uint32_t>(m.nope + m.rope));
+        w.AddU32(a + "attention.value_length", static_cast<uint32_t>(m.v));
+      }
       w.AddU32(a + "attention.q_lora_rank", static_cast<uint32_t>(m.q_lora));
       w.AddU32(a + "attention.kv_lora_rank", static_cast<uint32_t>(m.kv_lora));
       w.AddU32(a + "expert_feed_forward_length", static_cast<uint32_t>(ExpertFfn(o)));
@@ -282,10 +295,12 @@ Status CheckShape(const SynthOptions& o) {
       const DeepseekDims m = DeepseekOf(s);
       if (o.n_experts % kDeepseekGroups != 0 ||
           o.n_experts_used > o.n_experts / kDeepseekGroups * kDeepseekGroupsUsed ||
-          m.q_lora % block != 0 || (s.n_heads * m.v) % block != 0 || s.n_layers < 2) {
+          m.q_lora % block != 0 || (s.n_heads * m.v) % block != 0 || s.n_layers < 2 ||
+          (o.mla_split && m.nope % block != 0)) {
         return InvalidArgumentError("synth: deepseek2 needs an even expert count, at most half of ",
                                     "the experts used, at least 2 layers and latent ranks (",
-                                    m.q_lora, ") of whole ", Traits(o.type).name, " blocks");
+                                    m.q_lora, ") and, split, no-rope key parts (", m.nope,
+                                    ") of whole ", Traits(o.type).name, " blocks");
       }
     }
     const int64_t f = ExpertFfn(o);

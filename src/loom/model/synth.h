@@ -71,6 +71,10 @@ struct SynthOptions {
   // YaRN RoPE scaling by this factor over a quarter of the shape's context (rope.scaling.* keys,
   // no log multiplier); 0: none.  deepseek2 always has its own (factor 4, log multiplier 0.1).
   float yarn_factor = 0.0f;
+  // deepseek2: the newer layout llama.cpp's converter writes, attn_kv_b split into attn_k_b
+  // (n_heads, kv_lora_rank, nope) and attn_v_b (n_heads, v, kv_lora_rank), with key_length_mla /
+  // value_length_mla (key_length / value_length then describe the latent, head_count_kv 1).
+  bool mla_split = false;
   uint64_t seed = 1;
   int threads = 0;  // 0: one per available core
   // Called after each piece of tensor data is written with (bytes so far, total bytes).
