@@ -36,7 +36,11 @@ Status BindAttention(const ModelFile& file, const std::string& p, TransformerWei
   LOOM_ASSIGN_OR_RETURN(L.wkv_a,
                         BindMatrix(file, p + "attn_kv_a_mqa.weight", rank + hp.rope_dim, hp.dim));
   LOOM_ASSIGN_OR_RETURN(L.kv_a_norm, BindVector(file, p + "attn_kv_a_norm.weight", rank, w));
-  if (Has(file, p + "attn_k_b.weight") || !Has(file, p + "attn_kv_b.weight")) {
+  if (!Has(file, p + "attn_kv_b.weight") && !Has(file, p + "attn_k_b.weight")) {
+    return DataLossError(file.path, ": missing tensor '", p, "attn_kv_b.weight' (or its halves '",
+                         p, "attn_k_b.weight' and '", p, "attn_v_b.weight')");
+  }
+  if (Has(file, p + "attn_k_b.weight")) {
     LOOM_ASSIGN_OR_RETURN(const TensorInfo* kb,
                           file.Find(p + "attn_k_b.weight", {heads, rank, nope}));
     LOOM_ASSIGN_OR_RETURN(const TensorInfo* vb,

@@ -585,5 +585,37 @@ TEST(MoeModelTest, BadExpertMetadataAndTensorsAreClearErrors) {
   }
 }
 
+TEST(MoeModelTest, BadDeepseekMetadataAndTensorsAreClearErrors) {
+  SynthModel m = MakeSynth(SynthArch::kDeepseek2, k::DType::kF32, 4, 2);
+  ASSERT_NE(m.file, nullptr);
+  const struct {
+    const char* key;
+    uint32_t value;
+    const char* want;
+  } keys[] = {
+      {"deepseek2.expert_group_count", 3,
+       "expert_group_count 3 and expert_group_used_count 1 do "
+       "not fit 4 experts"},
+      {"deepseek2.expert_gating_func", 3, "expert_gating_func 3 is not supported"},
+      {"deepseek2.leading_dense_block_count", 9, "leading_dense_block_count 9"},
+      {"deepseek2.attention.kv_lora_rank", 16,
+       "'blk.0.attn_kv_a_mqa.weight' has shape [40, 64], expected [24, 64]"},
+      {"deepseek2.rope.dimension_count", 24, "latent attention sizes do not fit"},
+  };
+  for (const auto& c : keys) {
+    std::vector<std::byte> b = m.bytes;
+    PatchU32(b, c.key, c.value);
+    const std::string e = OpenError(b);
+    EXPECT_NE(e.find(c.want), std::string::npos) << c.key << ": " << e;
+  }
+  std::vector<std::byte> b = m.bytes;
+  PatchName(b, "blk.2.attn_kv_b.weight", "blk.2.attn_kv_c.weight");
+  const std::string e = OpenError(b);
+  EXPECT_NE(e.find("missing tensor 'blk.2.attn_kv_b.weight' (or its halves 'blk.2.attn_k_b.weight' "
+                   "and 'blk.2.attn_v_b.weight')"),
+            std::string::npos)
+      << e;
+}
+
 }  // namespace
 }  // namespace loom::model
