@@ -14,6 +14,7 @@
 //     blk.N.ffn_gate_inp.weight (n_experts, dim)   the router
 //     blk.N.ffn_gate_exps.weight / ffn_up_exps.weight (n_experts, expert_ffn_dim, dim)
 //     blk.N.ffn_down_exps.weight (n_experts, dim, expert_ffn_dim)
+//   DeepSeek-V2/V3 ("deepseek2"): latent attention and shared experts, see arch_deepseek2.cc.
 // Shapes here are written outermost first (rows, cols), unlike GGUF's ne[] order.
 #pragma once
 
