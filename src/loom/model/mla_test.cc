@@ -1,7 +1,8 @@
 // Multi-head latent attention (mla.h) against a naive reference that decompresses every cached
 // latent into full per-head keys and values (scalar kernels) and attends in the ordinary way;
 // ragged batches of two sequences (a prompt and another sequence's tokens in one batch, then
-// batched decode), both weight layouts (attn_kv_b, and attn_k_b / attn_v_b), 1 or 3 threads.
+// batched decode), both weight layouts (attn_kv_b, and attn_k_b / attn_v_b), queries through the
+// rank-q_lora_rank bottleneck or attn_q directly, F32 and Q8_0, 1 or 3 threads.
 #include "loom/model/mla.h"
 
 #include <gtest/gtest.h>
@@ -77,12 +78,13 @@ HParams MlaParams() {
 }
 
 struct MlaLayer {
-  OwnedMatrix q_a, q_b, kv_a, kv_b, k_b, v_b;
+  OwnedMatrix q, q_a, q_b, kv_a, kv_b, k_b, v_b;
   std::vector<float> q_a_norm, kv_a_norm;
   LayerWeights L;
 
-  // split: the attn_k_b / attn_v_b layout, made from the same attn_kv_b values.
-  MlaLayer(k::DType type, bool split) {
+  // split: the attn_k_b / attn_v_b layout, made from the same attn_kv_b values.  lite: attn_q
+  // instead of the query bottleneck (q_lora_rank 0, DeepSeek-V2-Lite).
+  MlaLayer(k::DType type, bool split, bool lite) {
     q_a = Make(type, Values(1, kQRank * kDim, 0.3f), kQRank, kDim);
     q_b = Make(type, Values(2, kHeads * (kNope + kRope) * kQRank, 0.3f), kHeads * (kNope + kRope),
                kQRank);
@@ -93,9 +95,15 @@ struct MlaLayer {
     kv_a_norm = Values(6, kRank, 0.2f);
     for (float& v : q_a_norm) v += 1.0f;
     for (float& v : kv_a_norm) v += 1.0f;
-    L.wq_a = q_a.view;
-    L.q_a_norm = q_a_norm.data();
-    L.wq_b = q_b.view;
+    if (lite) {
+      q = Make(type, Values(7, kHeads * (kNope + kRope) * kDim, 0.3f), kHeads * (kNope + kRope),
+               kDim);
+      L.wq = q.view;
+    } else {
+      L.wq_a = q_a.view;
+      L.q_a_norm = q_a_norm.data();
+      L.wq_b = q_b.view;
+    }
     L.wkv_a = kv_a.view;
     L.kv_a_norm = kv_a_norm.data();
     if (!split) {
@@ -135,9 +143,13 @@ class NaiveMla {
 
   std::vector<float> Token(const float* x, int32_t slot, int32_t pos) {
     std::vector<float> qa(kQRank), q(kHeads * (kNope + kRope)), kv(kRank + kRope), cs(kRope);
-    k::reference::MatMul(m_.L.wq_a, x, 1, qa.data());
-    k::reference::RmsNorm(qa.data(), m_.L.q_a_norm, kQRank, hp_.rms_eps, qa.data());
-    k::reference::MatMul(m_.L.wq_b, qa.data(), 1, q.data());
+    if (m_.L.wq.data != nullptr) {
+      k::reference::MatMul(m_.L.wq, x, 1, q.data());
+    } else {
+      k::reference::MatMul(m_.L.wq_a, x, 1, qa.data());
+      k::reference::RmsNorm(qa.data(), m_.L.q_a_norm, kQRank, hp_.rms_eps, qa.data());
+      k::reference::MatMul(m_.L.wq_b, qa.data(), 1, q.data());
+    }
     k::reference::MatMul(m_.L.wkv_a, x, 1, kv.data());
     k::reference::RmsNorm(kv.data(), m_.L.kv_a_norm, kRank, hp_.rms_eps, kv.data());
     rope_.CosSin(pos, cs.data());
@@ -203,12 +215,13 @@ struct Step {
   std::vector<int32_t> slots, positions;
 };
 
-class MlaTest : public ::testing::TestWithParam<std::tuple<k::DType, bool>> {};
+class MlaTest : public ::testing::TestWithParam<std::tuple<k::DType, bool, bool>> {};
 
 TEST_P(MlaTest, AbsorbedAttentionOverTheLatentCacheMatchesTheNaiveReference) {
-  const auto [type, split] = GetParam();
-  const HParams hp = MlaParams();
-  const MlaLayer m(type, split);
+  const auto [type, split, lite] = GetParam();
+  HParams hp = MlaParams();
+  if (lite) hp.q_lora_rank = 0;
+  const MlaLayer m(type, split, lite);
   // Sequence 0: a 4-token prompt with sequence 1's first two tokens in the same batch, then
   // batched decode of both, then sequence 1 alone.
   const std::vector<Step> steps = {
@@ -253,10 +266,11 @@ TEST_P(MlaTest, AbsorbedAttentionOverTheLatentCacheMatchesTheNaiveReference) {
 
 INSTANTIATE_TEST_SUITE_P(Layouts, MlaTest,
                          ::testing::Combine(::testing::Values(k::DType::kF32, k::DType::kQ8_0),
-                                            ::testing::Bool()),
+                                            ::testing::Bool(), ::testing::Bool()),
                          [](const auto& info) {
                            return std::string(k::Traits(std::get<0>(info.param)).name) +
-                                  (std::get<1>(info.param) ? "_k_b_v_b" : "_kv_b");
+                                  (std::get<1>(info.param) ? "_k_b_v_b" : "_kv_b") +
+                                  (std::get<2>(info.param) ? "_attn_q" : "_q_lora");
                          });
 
 TEST(MlaTest, ScoreScaleIsYarnsMscaleSquaredOverTheKeyHead) {
