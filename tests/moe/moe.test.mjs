@@ -1,5 +1,6 @@
-// Mixture-of-experts models against llama.cpp: synthetic Mixtral- and Qwen3-MoE-shaped GGUF files
-// (written by `loom synth`, F32 and quantized) run greedily by llama.cpp (the npm package
+// Mixture-of-experts models against llama.cpp: synthetic Mixtral-, Qwen3-MoE- and DeepSeek-V3-shaped
+// GGUF files and a dense Llama with YaRN RoPE scaling (written by `loom synth`, F32 and quantized)
+// run greedily by llama.cpp (the npm package
 // node-llama-cpp, its prebuilt CPU binary) and by `loom run --json`, one process and two pipeline
 // stages.  Loom's tokens must equal llama.cpp's up to the first step where llama.cpp's own top two
 // logits are within kMargin of each other (there a difference in rounding may pick either), and at
@@ -114,6 +115,9 @@ function compare(label, steps, tokens) {
 
 const mixtral = ["--arch", "mixtral", "--experts", "8", "--experts-used", "2"];
 const qwen3moe = ["--arch", "qwen3moe", "--experts", "16", "--experts-used", "4", "--expert-ffn", "64"];
+// DeepSeek-V3-shaped (synth.h): latent attention with YaRN, a dense first layer, then 16 experts
+// in 2 groups (1 used), 4 chosen by sigmoid score plus bias, one shared expert.
+const deepseek2 = ["--arch", "deepseek2", "--experts", "16", "--experts-used", "4", "--expert-ffn", "32"];
 const cases = [
   { name: "mixtral-f32", args: [...mixtral, "--type", "f32", "--seed", "3"] },
   { name: "mixtral-q8_0", args: [...mixtral, "--type", "q8_0", "--seed", "2"] },
@@ -121,6 +125,13 @@ const cases = [
   { name: "qwen3moe-f32", args: [...qwen3moe, "--type", "f32", "--seed", "2"] },
   { name: "qwen3moe-q8_0", args: [...qwen3moe, "--type", "q8_0", "--seed", "2"] },
   { name: "qwen3moe-q4_0", args: [...qwen3moe, "--type", "q4_0", "--seed", "7"] },
+  { name: "deepseek2-f32", args: [...deepseek2, "--type", "f32", "--seed", "1"] },
+  { name: "deepseek2-q8_0", args: [...deepseek2, "--type", "q8_0", "--seed", "3"] },
+  // The newer layout (attn_k_b / attn_v_b, key_length_mla): llama.cpp's absorbed MLA path.
+  { name: "deepseek2-split-f32", args: [...deepseek2, "--mla-split", "--type", "f32", "--seed", "5"] },
+  // A dense Llama whose GGUF says YaRN (factor 4 over a quarter of the context): the ramp and the
+  // magnitude correction on the rotation, as llama.cpp applies them to any architecture.
+  { name: "llama-yarn-f32", args: ["--yarn", "4", "--type", "f32", "--seed", "1"] },
 ];
 
 for (const c of cases) {
@@ -136,6 +147,33 @@ for (const c of cases) {
     assert.deepEqual(pp2, tokens, `${c.name}: --pp 2 differs from one process`);
   });
 }
+
+test("deepseek2: loom info reports the latent cache and the routing", async () => {
+  const file = await synth("info-deepseek2", [...deepseek2, "--type", "f32"]);
+  const info = JSON.parse(await loom(["info", "-m", file, "--json"]));
+  const hp = info.hparams;
+  assert.equal(info.architecture, "deepseek2");
+  assert.equal(hp.kv_lora_rank, 32);
+  assert.equal(hp.rope_dim, 8);
+  assert.equal(hp.head_dim, 24);
+  assert.equal(hp.v_head_dim, 16);
+  assert.equal(hp.n_shared_experts, 1);
+  assert.equal(hp.n_dense_layers, 1);
+  assert.equal(hp.n_expert_groups, 2);
+  assert.equal(hp.expert_gating, "sigmoid");
+  assert.equal(hp.rope_scaling.type, "yarn");
+  // (kv_lora_rank + rope dim) f32 values per layer, not n_heads * (key + value head).
+  assert.equal(info.kv_bytes_per_token, (32 + 8) * 4 * hp.n_layers);
+  const text = await loom(["info", "-m", file]);
+  assert.match(text, /kv cache {2}800 B per token/);
+  assert.match(text, /latent {4}kv rank 32, q rank 32, key heads 24 \(rope 8\), value heads 16/);
+});
+
+test("deepseek2: tensor parallelism is refused", async () => {
+  const file = await synth("tp-deepseek2", [...deepseek2, "--type", "f32"]);
+  await assert.rejects(loom(["run", "-m", file, "--prompt-ids", "1,300", "-n", "2", "--tp", "2",
+    "--threads", "2"]), /tensor parallelism of mixture-of-experts layers is not supported yet/);
+});
 
 test("loom info reports total and active parameters and bytes a token reads", async () => {
   const file = await synth("info-qwen3moe", [...qwen3moe, "--type", "q8_0"]);

@@ -85,6 +85,8 @@ const char* RopeScalingName(model::RopeScalingType t) {
       return "linear";
     case model::RopeScalingType::kLlama3:
       return "llama3";
+    case model::RopeScalingType::kYarn:
+      return "yarn";
   }
   return "?";
 }
@@ -139,7 +141,21 @@ nlohmann::json ToJson(const Report& r, bool with_tensors) {
         {"n_experts", hp.n_experts},
         {"n_experts_used", hp.n_experts_used},
         {"expert_ffn_dim", hp.expert_ffn_dim},
+        {"n_shared_experts", hp.n_shared_experts},
+        {"n_dense_layers", hp.n_dense_layers},
+        {"n_expert_groups", hp.n_expert_groups},
+        {"n_expert_groups_used", hp.n_expert_groups_used},
+        {"expert_gating", hp.gating == model::HParams::Gating::kSigmoid ? "sigmoid" : "softmax"},
+        {"expert_weights_norm", hp.expert_weights_norm},
+        {"expert_weights_scale", hp.expert_weights_scale},
+        {"q_lora_rank", hp.q_lora_rank},
+        {"kv_lora_rank", hp.kv_lora_rank},
+        {"rope_dim", hp.rope_dim},
+        {"v_head_dim", hp.v_head_dim},
     };
+    // The f32 cache Loom keeps: per token and layer, the latent and rope key (latent attention)
+    // or a key and a value per KV head.
+    j["kv_bytes_per_token"] = hp.kv_values_per_token_layer() * 4 * hp.n_layers;
     const model::ParameterCounts pc = model::CountParameters(*r.model);
     j["parameters"] = {{"total", pc.total},
                        {"active", pc.active},
@@ -199,6 +215,25 @@ void PrintText(const Report& r, bool with_tensors) {
                   static_cast<long long>(hp.n_experts), static_cast<long long>(hp.expert_ffn_dim),
                   static_cast<long long>(hp.n_experts_used));
     }
+    if (hp.n_shared_experts > 0 || hp.n_dense_layers > 0 || hp.n_expert_groups > 1) {
+      std::printf(
+          "          %lld shared, %lld leading dense layers, %lld of %lld groups, %s gating, "
+          "weights %s x%g\n",
+          static_cast<long long>(hp.n_shared_experts), static_cast<long long>(hp.n_dense_layers),
+          static_cast<long long>(hp.n_expert_groups_used),
+          static_cast<long long>(hp.n_expert_groups),
+          hp.gating == model::HParams::Gating::kSigmoid ? "sigmoid" : "softmax",
+          hp.expert_weights_norm ? "renormalised" : "as is", hp.expert_weights_scale);
+    }
+    if (hp.is_mla()) {
+      std::printf(
+          "latent    kv rank %lld, q rank %lld, key heads %lld (rope %lld), value heads %lld\n",
+          static_cast<long long>(hp.kv_lora_rank), static_cast<long long>(hp.q_lora_rank),
+          static_cast<long long>(hp.head_dim), static_cast<long long>(hp.rope_dim),
+          static_cast<long long>(hp.v_head_dim));
+    }
+    std::printf("kv cache  %s per token (f32, all layers)\n",
+                Bytes(hp.kv_values_per_token_layer() * 4 * hp.n_layers).c_str());
     const model::ParameterCounts pc = model::CountParameters(*r.model);
     std::printf("params    %.2fM total, %.2fM active; a token reads %s\n",
                 static_cast<double>(pc.total) / 1e6, static_cast<double>(pc.active) / 1e6,

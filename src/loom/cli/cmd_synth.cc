@@ -1,7 +1,7 @@
 // `loom synth --shape SHAPE --type TYPE -o FILE [--seed S] [--threads N]` writes a GGUF Llama model
 // with deterministic pseudo-random weights and a working tokenizer; `loom synth --list` prints the
-// shapes.  `--arch mixtral|qwen3moe --experts E --experts-used K [--expert-ffn F]` makes every
-// layer a mixture of experts; `--peaked` scales the weights so the next-token distribution is
+// shapes.  `--arch mixtral|qwen3moe|deepseek2 --experts E --experts-used K [--expert-ffn F]` makes
+// every layer a mixture of experts; `--peaked` scales the weights so the next-token distribution is
 // peaked (for comparisons with other implementations).  Big models show progress (percent, MB/s) on
 // stderr; the write is atomic.
 #include <CLI/CLI.hpp>
@@ -26,6 +26,8 @@ struct SynthCliOptions {
   int64_t experts_used = 2;
   int64_t expert_ffn = 0;
   bool peaked = false;
+  float yarn = 0.0f;
+  bool mla_split = false;
   uint64_t seed = 1;
   int threads = 0;
   bool list = false;
@@ -40,7 +42,7 @@ int64_t ParameterCount(const model::SynthShape& s, const model::SynthOptions* ex
   int64_t extra = 0;
   if (experts != nullptr && experts->arch != model::SynthArch::kLlama) {
     int64_t f = s.ffn_dim;  // Mixtral
-    if (experts->arch == model::SynthArch::kQwen3Moe) {
+    if (experts->arch != model::SynthArch::kMixtral) {
       f = experts->expert_ffn_dim > 0 ? experts->expert_ffn_dim
                                       : s.ffn_dim / experts->n_experts_used;
     }
@@ -64,8 +66,8 @@ void PrintShapes() {
   }
   std::printf("types: f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k (norm vectors are always f32; k-quants need rows of whole 256-value blocks)\n");
   std::printf(
-      "archs: llama, mixtral, qwen3moe (--experts, --experts-used, --expert-ffn; the params above "
-      "are dense)\n");
+      "archs: llama, mixtral, qwen3moe, deepseek2 (--experts, --experts-used, --expert-ffn; the "
+      "params above are dense)\n");
 }
 
 int RunSynth(const SynthCliOptions& o) {
@@ -101,6 +103,8 @@ int RunSynth(const SynthCliOptions& o) {
   options.n_experts_used = o.experts_used;
   options.expert_ffn_dim = o.expert_ffn;
   options.peaked = o.peaked;
+  options.yarn_factor = o.yarn;
+  options.mla_split = o.mla_split;
   options.seed = o.seed;
   options.threads = o.threads;
   const base::Stopwatch watch;
@@ -140,15 +144,21 @@ void AddSynthCommand(CLI::App& app, Action* action) {
       ->capture_default_str();
   sub->add_option("-o,--output", options->out, "the GGUF file to write");
   sub->add_option("--arch", options->arch,
-                  "llama | mixtral | qwen3moe (the last two: every layer a mixture of experts)")
+                  "llama | mixtral | qwen3moe | deepseek2 (all but llama: layers of experts)")
       ->capture_default_str();
-  sub->add_option("--experts", options->experts, "experts per layer (mixtral, qwen3moe)")
+  sub->add_option("--experts", options->experts, "experts per layer (mixtral, qwen3moe, deepseek2)")
       ->capture_default_str();
   sub->add_option("--experts-used", options->experts_used, "experts each token runs (top-k)")
       ->capture_default_str();
   sub->add_option("--expert-ffn", options->expert_ffn,
-                  "qwen3moe: each expert's feed-forward width (0: the shape's ffn / experts-used)")
+                  "qwen3moe, deepseek2: each expert's feed-forward width (0: the shape's ffn / "
+                  "experts-used)")
       ->capture_default_str();
+  sub->add_option("--yarn", options->yarn,
+                  "YaRN RoPE scaling by this factor over a quarter of the context (0: none)")
+      ->check(CLI::Range(0.0f, 1024.0f));
+  sub->add_flag("--mla-split", options->mla_split,
+                "deepseek2: attn_k_b / attn_v_b and key_length_mla (newer llama.cpp layout)");
   sub->add_flag("--peaked", options->peaked,
                 "unit-gain weights and a strong output head: a peaked next-token distribution");
   sub->add_option("--seed", options->seed, "random seed (same seed, same file)")

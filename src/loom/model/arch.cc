@@ -16,6 +16,7 @@ constexpr std::array kArchs = {
     ArchInfo{"qwen2", &BindQwen2},
     ArchInfo{"qwen3", &BindQwen3},
     ArchInfo{"qwen3moe", &BindQwen3Moe},
+    ArchInfo{"deepseek2", &BindDeepseek2},
 };
 }  // namespace
 
@@ -119,8 +120,8 @@ Status BindLlamaTensors(const ModelFile& file, TransformerWeights* w) {
                           BindRows(file, p + "attn_k.weight", kv_dim, hp.dim, kv0, d.kv_dim()));
     LOOM_ASSIGN_OR_RETURN(L.wv,
                           BindRows(file, p + "attn_v.weight", kv_dim, hp.dim, kv0, d.kv_dim()));
-    LOOM_ASSIGN_OR_RETURN(L.wo,
-                          BindCols(file, p + "attn_output.weight", hp.dim, q_dim, q0, d.q_dim(), w));
+    LOOM_ASSIGN_OR_RETURN(
+        L.wo, BindCols(file, p + "attn_output.weight", hp.dim, q_dim, q0, d.q_dim(), w));
     LOOM_ASSIGN_OR_RETURN(L.ffn_norm, BindVector(file, p + "ffn_norm.weight", hp.dim, w));
     L.wo.k_leaves = kernels::SliceKLeaves(L.wo, q_dim, q0);
     if (hp.is_moe()) continue;  // the architecture binds its experts (BindExperts)
@@ -142,6 +143,7 @@ Status BindExperts(const ModelFile& file, TransformerWeights* w) {
   const LocalDims& d = w->local;
   const int64_t e = hp.n_experts, f = hp.expert_ffn_dim;
   for (int64_t l = d.layer_begin; l < d.layer_end; ++l) {
+    if (!hp.is_moe_layer(l)) continue;  // DeepSeek's leading dense layers
     LayerWeights& L = w->layers[static_cast<size_t>(l - d.layer_begin)];
     const std::string p = "blk." + std::to_string(l) + ".";
     LOOM_ASSIGN_OR_RETURN(L.router, BindMatrix(file, p + "ffn_gate_inp.weight", e, hp.dim));

@@ -47,10 +47,11 @@ Status BindLlamaTensors(const ModelFile& file, TransformerWeights* weights);
 // for the shard's layers; BindLlamaTensors leaves the feed-forward matrices of such models unbound.
 Status BindExperts(const ModelFile& file, TransformerWeights* weights);
 
-Status BindLlama(const ModelFile& file, TransformerWeights* weights);  // arch_llama.cc
-Status BindQwen2(const ModelFile& file, TransformerWeights* weights);  // arch_qwen2.cc
-Status BindQwen3(const ModelFile& file, TransformerWeights* weights);  // arch_qwen3.cc
-Status BindMixtral(const ModelFile& file, TransformerWeights* weights);   // arch_mixtral.cc
-Status BindQwen3Moe(const ModelFile& file, TransformerWeights* weights);  // arch_qwen3moe.cc
+Status BindLlama(const ModelFile& file, TransformerWeights* weights);      // arch_llama.cc
+Status BindQwen2(const ModelFile& file, TransformerWeights* weights);      // arch_qwen2.cc
+Status BindQwen3(const ModelFile& file, TransformerWeights* weights);      // arch_qwen3.cc
+Status BindMixtral(const ModelFile& file, TransformerWeights* weights);    // arch_mixtral.cc
+Status BindQwen3Moe(const ModelFile& file, TransformerWeights* weights);   // arch_qwen3moe.cc
+Status BindDeepseek2(const ModelFile& file, TransformerWeights* weights);  // arch_deepseek2.cc
 
 }  // namespace loom::model

@@ -284,8 +284,15 @@ TEST(BadInput, InconsistentHyperparameters) {
 
   ExpectError(WithMetadata([](GgufWriter& w) { w.AddU32("llama.rope.dimension_count", 4); }),
               StatusCode::kUnimplemented, "partial rotary");
-  ExpectError(WithMetadata([](GgufWriter& w) { w.AddString("llama.rope.scaling.type", "yarn"); }),
-              StatusCode::kUnimplemented, "rope.scaling.type 'yarn'");
+  ExpectError(
+      WithMetadata([](GgufWriter& w) { w.AddString("llama.rope.scaling.type", "longrope"); }),
+      StatusCode::kUnimplemented, "rope.scaling.type 'longrope'");
+  ExpectError(WithMetadata([](GgufWriter& w) {
+                w.AddString("llama.rope.scaling.type", "yarn");
+                w.AddF32("llama.rope.scaling.factor", 4.0f);
+                w.AddF32("llama.rope.scaling.yarn_beta_fast", 0.5f);
+              }),
+              StatusCode::kInvalidArgument, "yarn parameters out of range");
   ExpectError(WithMetadata([](GgufWriter& w) { w.AddU32("llama.vocab_size", 301); }),
               StatusCode::kDataLoss, "llama.vocab_size is 301");
 }

@@ -456,6 +456,13 @@ Status ConvertModel(const ModelFile& in, const std::string& out, const ConvertOp
     return UnimplementedError("convert: ", in.path, ": architecture '", in.hparams.arch,
                               "' is not supported");
   }
+  // Neither output form writes these keys yet: refuse rather than drop them.
+  if (in.hparams.is_mla() || in.hparams.rope_scaling.type == RopeScalingType::kYarn) {
+    return UnimplementedError("convert: ", in.path, ": ",
+                              in.hparams.is_mla() ? "multi-head latent attention (deepseek2)"
+                                                  : "YaRN RoPE scaling",
+                              " cannot be converted yet");
+  }
   std::error_code ec;
   if (fs::exists(out, ec) && fs::equivalent(out, in.path, ec)) {
     return InvalidArgumentError("convert: the output ", out, " is the input");

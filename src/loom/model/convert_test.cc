@@ -17,6 +17,7 @@
 #include "loom/base/testing.h"
 #include "loom/model/hf_model.h"
 #include "loom/model/hf_test_util.h"
+#include "loom/model/synth.h"
 #include "loom/model/transformer.h"
 #include "loom/model/weight_copy.h"
 
@@ -415,6 +416,27 @@ TEST(ConvertTest, RejectsBadRequests) {
   EXPECT_FALSE(ParseWeightType("q9_9").ok());
   EXPECT_EQ(*ParseWeightType("Q8_0"), kernels::DType::kQ8_0);
   EXPECT_FALSE(ParseConvertFormat("onnx").ok());
+}
+
+TEST(ConvertTest, RefusesLatentAttentionAndYarnWhichNoOutputCanHoldYet) {
+  TempDir dir;
+  for (SynthArch arch : {SynthArch::kDeepseek2, SynthArch::kLlama}) {
+    SynthOptions o;
+    o.shape = *FindSynthShape("tiny");
+    o.arch = arch;
+    o.n_experts = 4;
+    o.yarn_factor = 4.0f;  // the llama file's; deepseek2 has its own
+    o.threads = 1;
+    std::vector<std::byte> bytes;
+    ASSERT_TRUE(WriteSynthModelToMemory(o, &bytes).ok());
+    auto m = OpenModelFromBytes(bytes, "synth.gguf");
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    for (ConvertFormat to : {ConvertFormat::kGguf, ConvertFormat::kHf}) {
+      const Status s = ConvertModel(**m, dir / "out", To(to));
+      EXPECT_EQ(s.code(), StatusCode::kUnimplemented) << s.ToString();
+      EXPECT_NE(s.message().find("cannot be converted yet"), std::string::npos) << s.ToString();
+    }
+  }
 }
 
 TEST(ConvertTest, PermutationIndicesAreInverse) {

@@ -102,6 +102,105 @@ kernels::RopeStyle RopeStyleFor(const std::string& arch) {
   return kernels::RopeStyle::kInterleaved;
 }
 
+// Multi-head latent attention (deepseek2).  llama.cpp's older files carry attn_kv_b and give the
+// decompressed head sizes as key_length / value_length; newer ones split it into attn_k_b /
+// attn_v_b and say key_length_mla / value_length_mla (key_length is then the latent's).
+Status ReadMla(const Keys& k, const std::string& name, int64_t value_length, int64_t rope_dims,
+               HParams* hp) {
+  const std::string p = hp->arch + ".";
+  LOOM_ASSIGN_OR_RETURN(hp->q_lora_rank, k.Int(p + "attention.q_lora_rank", int64_t{0}));
+  hp->v_head_dim = value_length;
+  if (k.Has(p + "attention.key_length_mla") || k.Has(p + "attention.value_length_mla")) {
+    LOOM_ASSIGN_OR_RETURN(hp->head_dim, k.Int(p + "attention.key_length_mla", std::nullopt));
+    LOOM_ASSIGN_OR_RETURN(hp->v_head_dim, k.Int(p + "attention.value_length_mla", std::nullopt));
+  }
+  hp->rope_dim = rope_dims;
+  if (hp->rope_dim <= 0 || hp->rope_dim % 2 != 0 || hp->rope_dim >= hp->head_dim ||
+      hp->v_head_dim <= 0 || hp->q_lora_rank < 0 || hp->kv_lora_rank > (int64_t{1} << 16) ||
+      hp->q_lora_rank > (int64_t{1} << 16)) {
+    return InvalidArgumentError(name, ": latent attention sizes do not fit: key head ",
+                                hp->head_dim, ", value head ", hp->v_head_dim, ", rope part ",
+                                hp->rope_dim, ", q_lora_rank ", hp->q_lora_rank, ", kv_lora_rank ",
+                                hp->kv_lora_rank,
+                                " (expected 0 < rope part < key head, rope part even)");
+  }
+  return OkStatus();
+}
+
+// Routing keys of the mixtures of experts llama.cpp reads for deepseek2 (and the group keys for
+// any architecture).
+Status ReadRouting(const Keys& k, const std::string& name, HParams* hp) {
+  const std::string p = hp->arch + ".";
+  LOOM_ASSIGN_OR_RETURN(hp->n_expert_groups, k.Int(p + "expert_group_count", int64_t{1}));
+  LOOM_ASSIGN_OR_RETURN(hp->n_expert_groups_used, k.Int(p + "expert_group_used_count", int64_t{1}));
+  if (hp->n_expert_groups <= 0) hp->n_expert_groups = 1;
+  if (hp->n_expert_groups > 1 &&
+      (hp->n_expert_groups > kMaxExpertGroups || hp->n_experts % hp->n_expert_groups != 0 ||
+       hp->n_expert_groups_used < 1 || hp->n_expert_groups_used > hp->n_expert_groups ||
+       hp->n_experts_used > hp->n_expert_groups_used * (hp->n_experts / hp->n_expert_groups) ||
+       hp->n_experts / hp->n_expert_groups < 2)) {
+    return InvalidArgumentError(name, ": ", p, "expert_group_count ", hp->n_expert_groups,
+                                " and expert_group_used_count ", hp->n_expert_groups_used,
+                                " do not fit ", hp->n_experts, " experts of which ",
+                                hp->n_experts_used, " are used");
+  }
+  if (hp->arch != "deepseek2") return OkStatus();
+  LOOM_ASSIGN_OR_RETURN(hp->n_dense_layers, k.Int(p + "leading_dense_block_count", int64_t{0}));
+  LOOM_ASSIGN_OR_RETURN(hp->n_shared_experts, k.Int(p + "expert_shared_count", std::nullopt));
+  LOOM_ASSIGN_OR_RETURN(const double scale, k.Float(p + "expert_weights_scale", 0.0));
+  hp->expert_weights_scale = scale == 0.0 ? 1.0f : static_cast<float>(scale);
+  LOOM_ASSIGN_OR_RETURN(hp->expert_weights_norm, k.Bool(p + "expert_weights_norm", false));
+  LOOM_ASSIGN_OR_RETURN(const int64_t gating, k.Int(p + "expert_gating_func", int64_t{0}));
+  // llama.cpp's values: 0 unset (DeepSeek-V2: softmax), 1 softmax, 2 sigmoid.
+  if (gating == 2) {
+    hp->gating = HParams::Gating::kSigmoid;
+  } else if (gating != 0 && gating != 1) {
+    return UnimplementedError(name, ": ", p, "expert_gating_func ", gating,
+                              " is not supported (1 softmax, 2 sigmoid)");
+  }
+  if (hp->n_dense_layers < 0 || hp->n_dense_layers > hp->n_layers || hp->n_shared_experts < 0 ||
+      hp->n_shared_experts > 64 ||
+      !(std::isfinite(hp->expert_weights_scale) && hp->expert_weights_scale > 0.0f)) {
+    return InvalidArgumentError(name, ": ", p, "leading_dense_block_count ", hp->n_dense_layers,
+                                ", expert_shared_count ", hp->n_shared_experts,
+                                ", expert_weights_scale ", hp->expert_weights_scale,
+                                " are out of range");
+  }
+  return OkStatus();
+}
+
+// YaRN (rope.scaling.type "yarn"): llama.cpp's keys.  The converter writes yarn_log_multiplier
+// as 0.1 * mscale_all_dim; llama.cpp divides it back (and so does Loom).
+Status ReadYarn(const Keys& k, const std::string& name, double factor, HParams* hp) {
+  const std::string p = hp->arch + ".";
+  RopeScaling& r = hp->rope_scaling;
+  r.type = RopeScalingType::kYarn;
+  r.factor = static_cast<float>(factor);
+  if (r.original_context <= 0) r.original_context = hp->context_length;
+  LOOM_ASSIGN_OR_RETURN(const double log_mul, k.Float(p + "rope.scaling.yarn_log_multiplier", 0.0));
+  LOOM_ASSIGN_OR_RETURN(const double attn, k.Float(p + "rope.scaling.attn_factor", 1.0));
+  LOOM_ASSIGN_OR_RETURN(const double fast, k.Float(p + "rope.scaling.yarn_beta_fast", 32.0));
+  LOOM_ASSIGN_OR_RETURN(const double slow, k.Float(p + "rope.scaling.yarn_beta_slow", 1.0));
+  for (const char* unsupported :
+       {"rope.scaling.yarn_ext_factor", "rope.scaling.yarn_attn_factor"}) {
+    if (k.Has(p + unsupported)) {
+      return UnimplementedError(name, ": ", p, unsupported, " is not supported");
+    }
+  }
+  r.yarn_log_mul = static_cast<float>(log_mul / 0.1);
+  r.attn_factor = static_cast<float>(attn);
+  r.beta_fast = static_cast<float>(fast);
+  r.beta_slow = static_cast<float>(slow);
+  if (!(std::isfinite(r.yarn_log_mul) && std::isfinite(r.attn_factor) && r.attn_factor > 0.0f &&
+        std::isfinite(r.beta_fast) && std::isfinite(r.beta_slow) && r.beta_fast > r.beta_slow &&
+        r.beta_slow > 0.0f && factor < 1e6)) {
+    return InvalidArgumentError(name, ": ", p, "rope.scaling yarn parameters out of range (factor ",
+                                factor, ", log multiplier ", log_mul, ", attn_factor ", attn,
+                                ", beta ", fast, "/", slow, ")");
+  }
+  return OkStatus();
+}
+
 Status ReadHParams(const Keys& k, const GgufFile& f, const std::string& name, HParams* hp) {
   LOOM_ASSIGN_OR_RETURN(hp->arch, k.String("general.architecture", std::nullopt));
   if (hp->arch.empty() || hp->arch.size() > 64) {
@@ -130,16 +229,19 @@ Status ReadHParams(const Keys& k, const GgufFile& f, const std::string& name, HP
   LOOM_ASSIGN_OR_RETURN(hp->head_dim, k.Int(p + "attention.key_length", hp->dim / hp->n_heads));
   LOOM_ASSIGN_OR_RETURN(const int64_t value_length,
                         k.Int(p + "attention.value_length", hp->head_dim));
-  if (value_length != hp->head_dim) {
+  LOOM_ASSIGN_OR_RETURN(const int64_t rope_dims, k.Int(p + "rope.dimension_count", hp->head_dim));
+  LOOM_ASSIGN_OR_RETURN(hp->kv_lora_rank, k.Int(p + "attention.kv_lora_rank", int64_t{0}));
+  if (hp->kv_lora_rank > 0) {
+    LOOM_RETURN_IF_ERROR(ReadMla(k, name, value_length, rope_dims, hp));
+  } else if (value_length != hp->head_dim) {
     return UnimplementedError(name, ": ", p, "attention.value_length ", value_length,
                               " differs from ", p, "attention.key_length ", hp->head_dim);
-  }
-  LOOM_ASSIGN_OR_RETURN(const int64_t rope_dims, k.Int(p + "rope.dimension_count", hp->head_dim));
-  if (rope_dims != hp->head_dim) {
+  } else if (rope_dims != hp->head_dim) {
     return UnimplementedError(name, ": ", p, "rope.dimension_count ", rope_dims,
                               " differs from the head size ", hp->head_dim,
                               " (partial rotary embeddings are not supported)");
   }
+  if (hp->is_moe()) LOOM_RETURN_IF_ERROR(ReadRouting(k, name, hp));
   LOOM_ASSIGN_OR_RETURN(const double eps, k.Float(p + "attention.layer_norm_rms_epsilon", 1e-5));
   LOOM_ASSIGN_OR_RETURN(const double theta, k.Float(p + "rope.freq_base", 10000.0));
   hp->rms_eps = static_cast<float>(eps);
@@ -153,15 +255,17 @@ Status ReadHParams(const Keys& k, const GgufFile& f, const std::string& name, HP
     scaling = "linear";
     LOOM_ASSIGN_OR_RETURN(factor, k.Float(p + "rope.scale_linear", 1.0));
   }
+  LOOM_ASSIGN_OR_RETURN(hp->rope_scaling.original_context,
+                        k.Int(p + "rope.scaling.original_context_length", int64_t{0}));
   if (scaling == "linear" && factor != 1.0 && factor != 0.0) {
     hp->rope_scaling.type = RopeScalingType::kLinear;
     hp->rope_scaling.factor = static_cast<float>(factor);
-  } else if (!scaling.empty() && scaling != "none" && scaling != "linear") {
+  } else if (scaling == "yarn" && factor > 1.0) {
+    LOOM_RETURN_IF_ERROR(ReadYarn(k, name, factor, hp));
+  } else if (!scaling.empty() && scaling != "none" && scaling != "linear" && scaling != "yarn") {
     return UnimplementedError(name, ": ", p, "rope.scaling.type '", scaling,
-                              "' is not supported (none and linear are)");
+                              "' is not supported (none, linear and yarn are)");
   }
-  LOOM_ASSIGN_OR_RETURN(hp->rope_scaling.original_context,
-                        k.Int(p + "rope.scaling.original_context_length", int64_t{0}));
 
   // The vocabulary is the embedding's row count; llama.cpp requires the token list to match it.
   hp->vocab_size = 0;

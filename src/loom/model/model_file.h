@@ -14,6 +14,7 @@
 //     blk.N.ffn_gate_inp.weight (n_experts, dim)   the router
 //     blk.N.ffn_gate_exps.weight / ffn_up_exps.weight (n_experts, expert_ffn_dim, dim)
 //     blk.N.ffn_down_exps.weight (n_experts, dim, expert_ffn_dim)
+//   DeepSeek-V2/V3 ("deepseek2"): latent attention and shared experts, see arch_deepseek2.cc.
 // Shapes here are written outermost first (rows, cols), unlike GGUF's ne[] order.
 #pragma once
 
@@ -31,18 +32,28 @@
 
 namespace loom::model {
 
-enum class RopeScalingType : uint8_t { kNone, kLinear, kLlama3 };
+enum class RopeScalingType : uint8_t { kNone, kLinear, kLlama3, kYarn };
 
 struct RopeScaling {
   RopeScalingType type = RopeScalingType::kNone;
   float factor = 1.0f;
   float low_freq_factor = 1.0f;   // llama3
   float high_freq_factor = 4.0f;  // llama3
-  int64_t original_context = 0;   // llama3: original_max_position_embeddings
+  int64_t original_context = 0;   // llama3, yarn: original_max_position_embeddings
+  // YaRN (llama.cpp's rope.scaling.* keys): the ramp between beta_fast and beta_slow rotations per
+  // original context, and the magnitude correction.  yarn_log_mul is HF's mscale_all_dim
+  // (GGUF rope.scaling.yarn_log_multiplier / 0.1, as llama.cpp reads it); attn_factor is
+  // rope.scaling.attn_factor.
+  float beta_fast = 32.0f;
+  float beta_slow = 1.0f;
+  float yarn_log_mul = 0.0f;
+  float attn_factor = 1.0f;
   // (head_dim / 2) divisors of each rotated pair's frequency, applied after the scaling above;
   // empty when none.  Llama 3.1+ GGUF files carry them as the tensor rope_freqs.weight.
   std::vector<float> freq_factors;
 };
+
+inline constexpr int64_t kMaxExpertGroups = 64;  // HParams::n_expert_groups
 
 struct HParams {
   std::string arch = "llama";  // architecture name as GGUF spells it (general.architecture)
@@ -66,7 +77,34 @@ struct HParams {
   int64_t n_experts = 0;
   int64_t n_experts_used = 0;
   int64_t expert_ffn_dim = 0;
+  // Routing options (DeepSeek-V3 sets them; the defaults are Mixtral's and Qwen3-MoE's): gating by
+  // softmax or sigmoid, a per-expert bias added for choosing only (blk.N.exp_probs_b.bias),
+  // group-limited choice (the n_expert_groups_used groups of largest top-2 sum, then the top k
+  // inside them), weights renormalised over the k or not, then scaled.
+  enum class Gating : uint8_t { kSoftmax, kSigmoid };
+  Gating gating = Gating::kSoftmax;
+  bool expert_weights_norm = true;
+  float expert_weights_scale = 1.0f;
+  int64_t n_expert_groups = 1;
+  int64_t n_expert_groups_used = 1;
+  int64_t n_shared_experts = 0;  // always-on experts (one SwiGLU of n_shared * expert_ffn_dim)
+  int64_t n_dense_layers = 0;    // leading layers whose feed-forward block is dense (ffn_dim)
+  // Multi-head latent attention (DeepSeek-V2/V3, mla.h), when kv_lora_rank > 0: queries from a
+  // rank-q_lora_rank bottleneck (0: attn_q directly), keys and values from a shared latent of
+  // kv_lora_rank values; head_dim = the key head (no-rope part + rope_dim), v_head_dim the value
+  // head, rope_dim the rotated part of each key head.
+  int64_t q_lora_rank = 0;
+  int64_t kv_lora_rank = 0;
+  int64_t rope_dim = 0;
+  int64_t v_head_dim = 0;
   bool is_moe() const { return n_experts > 0; }
+  bool is_mla() const { return kv_lora_rank > 0; }
+  bool is_moe_layer(int64_t layer) const { return is_moe() && layer >= n_dense_layers; }
+  // Values the KV cache holds per token and layer: the latent and the rope key (MLA), else a key
+  // and a value per KV head.
+  int64_t kv_values_per_token_layer() const {
+    return is_mla() ? kv_lora_rank + rope_dim : 2 * n_kv_heads * head_dim;
+  }
 };
 
 // Tokenizer data as stored with a model; the text layer builds a tokenizer from it.

@@ -10,37 +10,100 @@ namespace loom::model {
 
 namespace k = loom::kernels;
 
-void RouteTopK(const float* logits, int64_t n_experts, int64_t top_k, float* probs,
-               int32_t* experts, float* weights) {
-  float max = logits[0];
-  for (int64_t e = 1; e < n_experts; ++e) max = std::max(max, logits[e]);
-  double sum = 0.0;
-  for (int64_t e = 0; e < n_experts; ++e) {
-    probs[e] = std::exp(logits[e] - max);
-    sum += probs[e];
+Routing RoutingOf(const HParams& hp, const float* bias) {
+  Routing r;
+  r.n_experts = hp.n_experts;
+  r.k = hp.n_experts_used;
+  r.gating = hp.gating;
+  r.bias = bias;
+  r.n_groups = hp.n_expert_groups;
+  r.n_groups_used = hp.n_expert_groups_used;
+  r.norm = hp.expert_weights_norm;
+  r.scale = hp.expert_weights_scale;
+  return r;
+}
+
+void Route(const Routing& r, const float* logits, float* probs, float* select, int32_t* experts,
+           float* weights) {
+  const int64_t n = r.n_experts;
+  if (r.gating == HParams::Gating::kSoftmax) {
+    float max = logits[0];
+    for (int64_t e = 1; e < n; ++e) max = std::max(max, logits[e]);
+    double sum = 0.0;
+    for (int64_t e = 0; e < n; ++e) {
+      probs[e] = std::exp(logits[e] - max);
+      sum += probs[e];
+    }
+    const float inv = static_cast<float>(1.0 / sum);
+    for (int64_t e = 0; e < n; ++e) probs[e] *= inv;
+  } else {
+    for (int64_t e = 0; e < n; ++e) probs[e] = 1.0f / (1.0f + std::exp(-logits[e]));
   }
-  const float inv = static_cast<float>(1.0 / sum);
-  for (int64_t e = 0; e < n_experts; ++e) probs[e] *= inv;
-  // Selection by k passes (k is small: 2 for Mixtral, 8 for Qwen3-MoE).
-  for (int64_t j = 0; j < top_k; ++j) {
+  for (int64_t e = 0; e < n; ++e) select[e] = r.bias != nullptr ? probs[e] + r.bias[e] : probs[e];
+  if (r.n_groups > 1) {
+    // Each group's score: the sum of its two largest choice scores.  Groups are few (8 in
+    // DeepSeek-V3) and chosen by passes, like the experts below.
+    const int64_t per = n / r.n_groups;
+    float score[kMaxExpertGroups];
+    bool keep[kMaxExpertGroups] = {};
+    for (int64_t g = 0; g < r.n_groups; ++g) {
+      float a = -INFINITY, b = -INFINITY;  // largest, second largest
+      for (int64_t e = g * per; e < (g + 1) * per; ++e) {
+        if (select[e] > a) {
+          b = a;
+          a = select[e];
+        } else if (select[e] > b) {
+          b = select[e];
+        }
+      }
+      score[g] = a + b;
+    }
+    for (int64_t j = 0; j < r.n_groups_used; ++j) {
+      int64_t best = -1;
+      for (int64_t g = 0; g < r.n_groups; ++g) {
+        if (!keep[g] && (best < 0 || score[g] > score[best])) best = g;
+      }
+      keep[best] = true;
+    }
+    for (int64_t e = 0; e < n; ++e) {
+      if (!keep[e / per]) select[e] = -INFINITY;
+    }
+  }
+  // Selection by k passes (k is small: 2 for Mixtral, 8 for Qwen3-MoE and DeepSeek-V3).
+  for (int64_t j = 0; j < r.k; ++j) {
     int32_t best = -1;
-    for (int64_t e = 0; e < n_experts; ++e) {
+    for (int64_t e = 0; e < n; ++e) {
       bool taken = false;
       for (int64_t i = 0; i < j; ++i) taken = taken || experts[i] == e;
-      if (!taken && (best < 0 || probs[e] > probs[best])) best = static_cast<int32_t>(e);
+      if (!taken && (best < 0 || select[e] > select[best])) best = static_cast<int32_t>(e);
     }
     experts[j] = best;
     weights[j] = probs[best];
   }
-  float chosen = 0.0f;
-  for (int64_t j = 0; j < top_k; ++j) chosen += weights[j];
-  for (int64_t j = 0; j < top_k; ++j) weights[j] /= chosen;
+  if (r.norm) {
+    float chosen = 0.0f;
+    for (int64_t j = 0; j < r.k; ++j) chosen += weights[j];
+    chosen = std::max(chosen, 6.103515625e-5f);
+    for (int64_t j = 0; j < r.k; ++j) weights[j] /= chosen;
+  }
+  if (r.scale != 1.0f) {
+    for (int64_t j = 0; j < r.k; ++j) weights[j] *= r.scale;
+  }
+}
+
+void RouteTopK(const float* logits, int64_t n_experts, int64_t top_k, float* probs,
+               int32_t* experts, float* weights) {
+  Routing r;
+  r.n_experts = n_experts;
+  r.k = top_k;
+  Route(r, logits, probs, probs, experts, weights);
 }
 
 void MoeScratch::Allocate(const HParams& hp, int64_t max_batch) {
   const int64_t kk = hp.n_experts_used;
   const int64_t m = max_batch * kk;
   logits = base::AlignedBuffer<float>(max_batch * hp.n_experts);
+  select = base::AlignedBuffer<float>(hp.n_experts);
   chosen.assign(static_cast<size_t>(m), 0);
   weight.assign(static_cast<size_t>(m), 0.0f);
   group_begin.assign(static_cast<size_t>(hp.n_experts + 1), 0);
@@ -49,6 +112,12 @@ void MoeScratch::Allocate(const HParams& hp, int64_t max_batch) {
   gate = base::AlignedBuffer<float>(m * hp.expert_ffn_dim);
   up = base::AlignedBuffer<float>(m * hp.expert_ffn_dim);
   yg = base::AlignedBuffer<float>(m * hp.dim);
+  if (hp.n_shared_experts > 0) {
+    const int64_t sf = hp.n_shared_experts * hp.expert_ffn_dim;
+    sh_gate = base::AlignedBuffer<float>(max_batch * sf);
+    sh_up = base::AlignedBuffer<float>(max_batch * sf);
+    sh_out = base::AlignedBuffer<float>(max_batch * hp.dim);
+  }
 }
 
 void MoeForward(const HParams& hp, const LayerWeights& L, const float* x, int64_t n, float* y,
@@ -58,11 +127,28 @@ void MoeForward(const HParams& hp, const LayerWeights& L, const float* x, int64_
   const int64_t kk = hp.n_experts_used;
   const int64_t ffn = hp.expert_ffn_dim;
 
+  // The shared experts first: y may be x.
+  const bool shared = L.shexp_gate.data != nullptr;
+  if (shared) {
+    const int64_t sf = hp.n_shared_experts * ffn;
+    if (L.shexp_gate.type == L.shexp_up.type) {
+      const k::MatrixView ws2[] = {L.shexp_gate, L.shexp_up};
+      float* const ys[] = {s.sh_gate.data(), s.sh_up.data()};
+      k::MatMulMulti(ws2, x, n, ys, ws, pool);
+    } else {
+      k::MatMul(L.shexp_gate, x, n, s.sh_gate.data(), ws, pool);
+      k::MatMul(L.shexp_up, x, n, s.sh_up.data(), ws, pool);
+    }
+    k::SwiGlu(s.sh_gate.data(), s.sh_up.data(), n * sf, s.sh_gate.data());
+    k::MatMul(L.shexp_down, s.sh_gate.data(), n, s.sh_out.data(), ws, pool);
+  }
+
   // Route every token.
   k::MatMul(L.router, x, n, s.logits.data(), ws, pool);
+  const Routing routing = RoutingOf(hp, L.expert_bias);
   for (int64_t i = 0; i < n; ++i) {
     float* row = s.logits.data() + i * n_exp;
-    RouteTopK(row, n_exp, kk, row, s.chosen.data() + i * kk, s.weight.data() + i * kk);
+    Route(routing, row, row, s.select.data(), s.chosen.data() + i * kk, s.weight.data() + i * kk);
   }
 
   // Group the (token, choice) pairs by expert (a counting sort; tokens stay in order within an
@@ -115,6 +201,7 @@ void MoeForward(const HParams& hp, const LayerWeights& L, const float* x, int64_
       }
     }
   }
+  if (shared) k::Add(s.sh_out.data(), n * dim, y);
 }
 
 }  // namespace loom::model

@@ -1,7 +1,7 @@
-// The mixture-of-experts feed-forward block (Mixtral, Qwen3-MoE): a router picks, for each token,
-// the k experts of highest softmax probability; the token's output is the sum of those experts'
-// SwiGLU outputs weighted by their probabilities renormalised over the k (llama.cpp's order:
-// softmax over all experts, top-k, divide by the sum of the k).
+// The mixture-of-experts feed-forward block (Mixtral, Qwen3-MoE, DeepSeek-V3): a router picks, for
+// each token, k experts (Routing below: softmax or sigmoid, DeepSeek-V3's choice bias and
+// group-limited choice); the token's output is the sum of those experts' SwiGLU outputs weighted
+// by their (renormalised, scaled) probabilities, plus the shared experts' output if any.
 //
 // Only the chosen experts are computed, each on views of its slice of the stacked 3-D tensors (in
 // place, quantized or not, with the ordinary matrix kernels).  A batch is grouped by expert: every
@@ -22,9 +22,32 @@ namespace loom::model {
 
 struct LayerWeights;  // transformer.h
 
-// Routing of one token: experts(k), best first, and their weights(k) summing to one, from the
-// router's logits(n_experts).  `probs`(n_experts) is scratch (left holding the softmax).  Ties go
-// to the lower expert index.
+// How a token's experts are chosen and weighted, as llama.cpp's build_moe_ffn does:
+//   p = softmax(logits) or sigmoid(logits)           (n_experts)
+//   s = p + bias                                     (the choice scores; bias may be null)
+//   groups (n_groups > 1): experts in n_groups equal consecutive groups, each scored by the sum
+//     of its two largest s; s outside the n_groups_used best groups is set to -infinity
+//   experts = the k largest s, best first (ties: the lower index)
+//   weights = p of those; divided by their sum when `norm` (the sum at least 2^-14); times scale.
+struct Routing {
+  int64_t n_experts = 0;
+  int64_t k = 0;
+  HParams::Gating gating = HParams::Gating::kSoftmax;
+  const float* bias = nullptr;  // (n_experts) or null
+  int64_t n_groups = 1;
+  int64_t n_groups_used = 1;
+  bool norm = true;
+  float scale = 1.0f;
+};
+// The model's routing for a layer whose choice bias is `bias` (null when none).
+Routing RoutingOf(const HParams& hp, const float* bias);
+
+// Routes one token: experts(k) and weights(k) from the router's logits(n_experts).  probs and
+// select (n_experts each) are scratch; probs may be logits.
+void Route(const Routing& r, const float* logits, float* probs, float* select, int32_t* experts,
+           float* weights);
+
+// Softmax routing renormalised over the k (Mixtral, Qwen3-MoE): Route with the defaults.
 void RouteTopK(const float* logits, int64_t n_experts, int64_t k, float* probs, int32_t* experts,
                float* weights);
 
@@ -35,6 +58,7 @@ struct MoeScratch {
   void Allocate(const HParams& hp, int64_t max_batch);
 
   base::AlignedBuffer<float> logits;  // (max_batch, n_experts) router logits, then probabilities
+  base::AlignedBuffer<float> select;  // (n_experts) one token's choice scores
   std::vector<int32_t> chosen;        // (max_batch, k) token i's j-th expert
   std::vector<float> weight;          // (max_batch, k) its weight
   std::vector<int64_t> group_begin;   // (n_experts + 1) each expert's first row of grouped work
@@ -43,10 +67,15 @@ struct MoeScratch {
   base::AlignedBuffer<float> gate;    // (m, expert_ffn_dim) gate, then silu(gate) * up
   base::AlignedBuffer<float> up;      // (m, expert_ffn_dim)
   base::AlignedBuffer<float> yg;      // (m, dim) each expert's output, grouped
+  // Shared experts (hp.n_shared_experts > 0), s = n_shared_experts * expert_ffn_dim.
+  base::AlignedBuffer<float> sh_gate;  // (max_batch, s) gate, then silu(gate) * up
+  base::AlignedBuffer<float> sh_up;    // (max_batch, s)
+  base::AlignedBuffer<float> sh_out;   // (max_batch, dim)
 };
 
-// y(n, dim) = layer L's mixture of experts applied to each row of x(n, dim); n <= the scratch's
-// max_batch.  y may be x (x is read only before y is written).
+// y(n, dim) = layer L's mixture of experts applied to each row of x(n, dim), plus its shared
+// experts' output when it has them; n <= the scratch's max_batch.  y may be x (x is read only
+// before y is written).
 void MoeForward(const HParams& hp, const LayerWeights& L, const float* x, int64_t n, float* y,
                 MoeScratch& s, kernels::Workspace& ws, base::ThreadPool& pool);
 

@@ -61,32 +61,82 @@ OwnedMatrix Quantized(k::DType type, const std::vector<float>& x, int64_t rows, 
   return m;
 }
 
-// The reference: each token alone, its experts one by one with the scalar kernels, routing by a
-// full sort of the probabilities (ties to the lower index).
+// The routing reference: the same rules as moe.h's Routing, by full sorts (stable: ties to the
+// lower index): scores, group scores as the sum of each group's two best, the best groups, the
+// best experts inside them.
+std::vector<std::pair<int64_t, float>> NaiveRoute(const HParams& hp, const float* bias,
+                                                  std::vector<float> p) {
+  const int64_t n = hp.n_experts;
+  if (hp.gating == HParams::Gating::kSoftmax) {
+    k::reference::Softmax(p.data(), n);
+  } else {
+    for (float& v : p) v = static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(v))));
+  }
+  std::vector<float> sel(p);
+  if (bias != nullptr) {
+    for (int64_t e = 0; e < n; ++e) sel[e] += bias[e];
+  }
+  std::vector<bool> allowed(static_cast<size_t>(n), true);
+  if (hp.n_expert_groups > 1) {
+    const int64_t per = n / hp.n_expert_groups;
+    std::vector<float> score;
+    for (int64_t g = 0; g < hp.n_expert_groups; ++g) {
+      std::vector<float> in(sel.begin() + g * per, sel.begin() + (g + 1) * per);
+      std::sort(in.begin(), in.end(), std::greater<>());
+      score.push_back(in[0] + in[1]);
+    }
+    std::vector<int64_t> groups(static_cast<size_t>(hp.n_expert_groups));
+    std::iota(groups.begin(), groups.end(), 0);
+    std::stable_sort(groups.begin(), groups.end(),
+                     [&](int64_t a, int64_t b) { return score[a] > score[b]; });
+    for (int64_t e = 0; e < n; ++e) {
+      allowed[e] = std::find(groups.begin(), groups.begin() + hp.n_expert_groups_used, e / per) !=
+                   groups.begin() + hp.n_expert_groups_used;
+    }
+  }
+  std::vector<int64_t> order;
+  for (int64_t e = 0; e < n; ++e) {
+    if (allowed[e]) order.push_back(e);
+  }
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return sel[a] > sel[b]; });
+  double sum = 0;
+  for (int64_t j = 0; j < hp.n_experts_used; ++j) sum += p[order[j]];
+  std::vector<std::pair<int64_t, float>> out;
+  for (int64_t j = 0; j < hp.n_experts_used; ++j) {
+    double w = p[order[j]];
+    if (hp.expert_weights_norm) w /= sum;
+    out.push_back({order[j], static_cast<float>(w * hp.expert_weights_scale)});
+  }
+  return out;
+}
+
+// The reference: each token alone, its experts one by one with the scalar kernels, routed by
+// NaiveRoute, plus the shared experts when the layer has them.
 std::vector<float> NaiveMoe(const HParams& hp, const LayerWeights& L, const std::vector<float>& x,
                             int64_t n) {
   const int64_t dim = hp.dim, f = hp.expert_ffn_dim;
   std::vector<float> y(static_cast<size_t>(n * dim), 0.0f);
+  auto swiglu = [&](const k::MatrixView& gate, const k::MatrixView& up, const k::MatrixView& down,
+                    const float* xi, float w, float* yi) {
+    std::vector<float> g(static_cast<size_t>(gate.rows)), u(g.size()),
+        out(static_cast<size_t>(dim));
+    k::reference::MatMul(gate, xi, 1, g.data());
+    k::reference::MatMul(up, xi, 1, u.data());
+    k::reference::SwiGlu(g.data(), u.data(), gate.rows, g.data());
+    k::reference::MatMul(down, g.data(), 1, out.data());
+    for (int64_t d = 0; d < dim; ++d) yi[d] += w * out[d];
+  };
   for (int64_t i = 0; i < n; ++i) {
     const float* xi = x.data() + i * dim;
-    std::vector<float> p(static_cast<size_t>(hp.n_experts));
-    k::reference::MatMul(L.router, xi, 1, p.data());
-    k::reference::Softmax(p.data(), hp.n_experts);
-    std::vector<int> order(static_cast<size_t>(hp.n_experts));
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return p[a] > p[b]; });
-    double sum = 0;
-    for (int64_t j = 0; j < hp.n_experts_used; ++j) sum += p[order[j]];
-    for (int64_t j = 0; j < hp.n_experts_used; ++j) {
-      const int64_t e = order[j];
-      std::vector<float> g(static_cast<size_t>(f)), u(static_cast<size_t>(f)),
-          out(static_cast<size_t>(dim));
-      k::reference::MatMul(L.exp_gate.RowRange(e * f, f), xi, 1, g.data());
-      k::reference::MatMul(L.exp_up.RowRange(e * f, f), xi, 1, u.data());
-      k::reference::SwiGlu(g.data(), u.data(), f, g.data());
-      k::reference::MatMul(L.exp_down.RowRange(e * dim, dim), g.data(), 1, out.data());
-      const float w = static_cast<float>(p[e] / sum);
-      for (int64_t d = 0; d < dim; ++d) y[i * dim + d] += w * out[d];
+    std::vector<float> logits(static_cast<size_t>(hp.n_experts));
+    k::reference::MatMul(L.router, xi, 1, logits.data());
+    for (const auto& [e, w] : NaiveRoute(hp, L.expert_bias, logits)) {
+      swiglu(L.exp_gate.RowRange(e * f, f), L.exp_up.RowRange(e * f, f),
+             L.exp_down.RowRange(e * dim, dim), xi, w, y.data() + i * dim);
+    }
+    if (L.shexp_gate.data != nullptr) {
+      swiglu(L.shexp_gate, L.shexp_up, L.shexp_down, xi, 1.0f, y.data() + i * dim);
     }
   }
   return y;
@@ -195,6 +245,91 @@ TEST(RouteTopKTest, RenormalisesTheChosenProbabilities) {
   const double e2 = std::exp(2.0), e1 = std::exp(1.0);
   EXPECT_NEAR(weights[0], e2 / (2 * e2 + e1), 1e-6);
   EXPECT_NEAR(weights[2], e1 / (2 * e2 + e1), 1e-6);
+}
+
+// DeepSeek-V3's routing (sigmoid, choice bias, groups, scaled weights) and shared expert, on
+// ragged batches, against the reference.
+TEST(MoeBlockTest, DeepseekRoutingAndSharedExpertMatchTheReference) {
+  const int64_t dim = 64, f = 32, n_experts = 8, used = 2;
+  for (k::DType type : {k::DType::kF32, k::DType::kQ8_0}) {
+    for (const Case& c : std::vector<Case>{
+             {type, 1, {0, 0, 0, 0, 0, 0, 0, 0}, "a single token (decode)"},
+             {type, 7, {0, 0, 0, 0, -8, -8, 0, 0}, "a group without tokens"},
+             {type, 13, {0, 0, 0, 0, 0, 0, 0, 0}, "an unsteered batch"},
+         }) {
+      SCOPED_TRACE(std::string(c.what) + " " + std::string(k::Traits(type).name));
+      TestLayer t(type, dim, f, n_experts, used, c.bias);
+      t.hp.gating = HParams::Gating::kSigmoid;
+      t.hp.n_expert_groups = 4;
+      t.hp.n_expert_groups_used = 2;
+      t.hp.expert_weights_norm = true;
+      t.hp.expert_weights_scale = 2.5f;
+      t.hp.n_shared_experts = 1;
+      const std::vector<float> choice_bias = Values(6, n_experts, 0.2f);
+      t.L.expert_bias = choice_bias.data();
+      const OwnedMatrix sg = Quantized(type, Values(7, f * dim, 0.3f), f, dim);
+      const OwnedMatrix su = Quantized(type, Values(8, f * dim, 0.3f), f, dim);
+      const OwnedMatrix sd = Quantized(type, Values(9, dim * f, 0.3f), dim, f);
+      t.L.shexp_gate = sg.view;
+      t.L.shexp_up = su.view;
+      t.L.shexp_down = sd.view;
+      const std::vector<float> x = Inputs(c.n, dim);
+      const std::vector<float> want = NaiveMoe(t.hp, t.L, x, c.n);
+      for (int threads : {1, 3}) {
+        base::ThreadPool pool(threads);
+        k::Workspace ws;
+        MoeScratch s;
+        s.Allocate(t.hp, 16);
+        std::vector<float> y = x;
+        MoeForward(t.hp, t.L, y.data(), c.n, y.data(), s, ws, pool);
+        double scale = 0;
+        for (float v : want) scale = std::max(scale, static_cast<double>(std::abs(v)));
+        ASSERT_GT(scale, 0.0);
+        for (size_t i = 0; i < y.size(); ++i) {
+          ASSERT_NEAR(y[i], want[i], 1e-4 * scale) << "element " << i << ", threads " << threads;
+        }
+        // A steered-off group is never chosen.
+        for (int64_t p = 0; p < c.n * used; ++p) {
+          if (c.bias[4] < 0) {
+            EXPECT_NE(s.chosen[p] / 2, 2) << p;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(RouteTest, SigmoidBiasGroupsAndScaleMatchTheReference) {
+  HParams hp;
+  hp.n_experts = 16;
+  hp.n_experts_used = 4;
+  hp.gating = HParams::Gating::kSigmoid;
+  hp.n_expert_groups = 4;
+  hp.n_expert_groups_used = 2;
+  hp.expert_weights_norm = true;
+  hp.expert_weights_scale = 2.5f;
+  const std::vector<float> bias = Values(11, hp.n_experts, 0.3f);
+  int in_best_groups = 0;
+  for (int64_t token = 0; token < 200; ++token) {
+    const std::vector<float> logits = Values(100 + token, hp.n_experts, 3.0f);
+    std::vector<float> probs(16), select(16), weights(4);
+    std::vector<int32_t> experts(4);
+    Route(RoutingOf(hp, bias.data()), logits.data(), probs.data(), select.data(), experts.data(),
+          weights.data());
+    const auto want = NaiveRoute(hp, bias.data(), logits);
+    for (int j = 0; j < 4; ++j) {
+      ASSERT_EQ(experts[j], want[j].first) << "token " << token << " choice " << j;
+      ASSERT_NEAR(weights[j], want[j].second, 1e-6) << "token " << token << " choice " << j;
+    }
+    float sum = 0;
+    for (float w : weights) sum += w;
+    EXPECT_NEAR(sum, 2.5f, 1e-5);
+    // The groups limit the choice: at most 2 of the 4 groups appear.
+    std::vector<bool> seen(4, false);
+    for (int32_t e : experts) seen[e / 4] = true;
+    in_best_groups += std::count(seen.begin(), seen.end(), true) <= 2;
+  }
+  EXPECT_EQ(in_best_groups, 200);
 }
 
 // ---- Whole synthetic models ----
@@ -314,11 +449,14 @@ INSTANTIATE_TEST_SUITE_P(Archs, MoeModelTest,
                          ::testing::Values(std::pair{SynthArch::kMixtral, k::DType::kF32},
                                            std::pair{SynthArch::kMixtral, k::DType::kQ8_0},
                                            std::pair{SynthArch::kQwen3Moe, k::DType::kF32},
-                                           std::pair{SynthArch::kQwen3Moe, k::DType::kQ4_0}),
+                                           std::pair{SynthArch::kQwen3Moe, k::DType::kQ4_0},
+                                           std::pair{SynthArch::kDeepseek2, k::DType::kF32},
+                                           std::pair{SynthArch::kDeepseek2, k::DType::kQ8_0}),
                          [](const auto& info) {
-                           return std::string(info.param.first == SynthArch::kMixtral
-                                                  ? "mixtral_"
-                                                  : "qwen3moe_") +
+                           const SynthArch a = info.param.first;
+                           return std::string(a == SynthArch::kMixtral    ? "mixtral_"
+                                              : a == SynthArch::kQwen3Moe ? "qwen3moe_"
+                                                                          : "deepseek2_") +
                                   std::string(k::Traits(info.param.second).name);
                          });
 
@@ -360,19 +498,21 @@ TEST(MoeModelTest, ActiveParametersCountTheUsedShareOfTheExperts) {
 }
 
 TEST(MoeModelTest, TensorParallelShardsAreRefused) {
-  const SynthModel m = MakeSynth(SynthArch::kMixtral, k::DType::kF32);
-  ASSERT_NE(m.file, nullptr);
-  ShardSpec heads;
-  heads.n_heads = m.file->hparams.n_heads / 2;
-  ShardSpec ffn;
-  ffn.ffn_dim = m.file->hparams.ffn_dim / 2;
-  for (const ShardSpec& s : {heads, ffn}) {
-    auto w = BindWeights(*m.file, s);
-    ASSERT_FALSE(w.ok());
-    EXPECT_NE(w.status().message().find("tensor parallelism of mixture-of-experts layers is not "
-                                        "supported yet; use --pp"),
-              std::string::npos)
-        << w.status().ToString();
+  for (SynthArch arch : {SynthArch::kMixtral, SynthArch::kDeepseek2}) {
+    const SynthModel m = MakeSynth(arch, k::DType::kF32);
+    ASSERT_NE(m.file, nullptr);
+    ShardSpec heads;
+    heads.n_heads = m.file->hparams.n_heads / 2;
+    ShardSpec ffn;
+    ffn.ffn_dim = m.file->hparams.ffn_dim / 2;
+    for (const ShardSpec& s : {heads, ffn}) {
+      auto w = BindWeights(*m.file, s);
+      ASSERT_FALSE(w.ok());
+      EXPECT_NE(w.status().message().find("tensor parallelism of mixture-of-experts layers is not "
+                                          "supported yet; use --pp"),
+                std::string::npos)
+          << w.status().ToString();
+    }
   }
 }
 
@@ -443,6 +583,38 @@ TEST(MoeModelTest, BadExpertMetadataAndTensorsAreClearErrors) {
               std::string::npos)
         << e;
   }
+}
+
+TEST(MoeModelTest, BadDeepseekMetadataAndTensorsAreClearErrors) {
+  SynthModel m = MakeSynth(SynthArch::kDeepseek2, k::DType::kF32, 4, 2);
+  ASSERT_NE(m.file, nullptr);
+  const struct {
+    const char* key;
+    uint32_t value;
+    const char* want;
+  } keys[] = {
+      {"deepseek2.expert_group_count", 3,
+       "expert_group_count 3 and expert_group_used_count 1 do "
+       "not fit 4 experts"},
+      {"deepseek2.expert_gating_func", 3, "expert_gating_func 3 is not supported"},
+      {"deepseek2.leading_dense_block_count", 9, "leading_dense_block_count 9"},
+      {"deepseek2.attention.kv_lora_rank", 16,
+       "'blk.0.attn_kv_a_mqa.weight' has shape [40, 64], expected [24, 64]"},
+      {"deepseek2.rope.dimension_count", 24, "latent attention sizes do not fit"},
+  };
+  for (const auto& c : keys) {
+    std::vector<std::byte> b = m.bytes;
+    PatchU32(b, c.key, c.value);
+    const std::string e = OpenError(b);
+    EXPECT_NE(e.find(c.want), std::string::npos) << c.key << ": " << e;
+  }
+  std::vector<std::byte> b = m.bytes;
+  PatchName(b, "blk.2.attn_kv_b.weight", "blk.2.attn_kv_c.weight");
+  const std::string e = OpenError(b);
+  EXPECT_NE(e.find("missing tensor 'blk.2.attn_kv_b.weight' (or its halves 'blk.2.attn_k_b.weight' "
+                   "and 'blk.2.attn_v_b.weight')"),
+            std::string::npos)
+      << e;
 }
 
 }  // namespace

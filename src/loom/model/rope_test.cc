@@ -1,6 +1,6 @@
 // RopeTable against values computed here from the published formulas: Llama 3.1's frequency
-// scaling (meta-llama's apply_scaling), linear scaling, and per-pair frequency divisors as
-// llama.cpp stores them in GGUF (rope_freqs.weight).
+// scaling (meta-llama's apply_scaling), linear scaling, YaRN (ggml's ramp and magnitude), and
+// per-pair frequency divisors as llama.cpp stores them in GGUF (rope_freqs.weight).
 #include "loom/model/rope.h"
 
 #include <gtest/gtest.h>
@@ -8,6 +8,7 @@
 #include <cmath>
 #include <functional>
 #include <numbers>
+#include <vector>
 
 #include "loom/model/model_test_util.h"
 
@@ -103,6 +104,36 @@ TEST(RopeTest, GgufRopeFreqsOfTheWrongSizeOrValueAreRejected) {
     EXPECT_NE(m.status().message().find("rope_freqs.weight"), std::string::npos)
         << m.status().ToString();
   }
+}
+
+// YaRN on 8 rotated values (4 pairs), theta 10000, factor 4 over an original context of 128: the
+// ramp's ends are pair floor(8 ln(128 / (32 * 2 pi)) / (2 ln 10000)) = 0 (clamped) and
+// ceil(8 ln(128 / (1 * 2 pi)) / (2 ln 10000)) = 2, so pair 0 keeps its frequency, pair 1 is half
+// interpolated, pairs 2 and 3 are divided by 4; cos and sin are scaled by 1 + 0.1 ln 4.
+TEST(RopeTable, YarnRampsBetweenExtrapolationAndInterpolation) {
+  RopeScaling s;
+  s.type = RopeScalingType::kYarn;
+  s.factor = 4.0f;
+  s.original_context = 128;
+  const RopeTable table(8, 10000.0f, s);
+  const double mscale = 1.0 + 0.1 * std::log(4.0);
+  EXPECT_NEAR(table.mscale(), mscale, 1e-12);
+  const double pos = 37;
+  std::vector<float> cs(8);
+  table.CosSin(static_cast<int64_t>(pos), cs.data());
+  const double base[] = {1.0, std::pow(10000.0, -0.25), std::pow(10000.0, -0.5),
+                         std::pow(10000.0, -0.75)};
+  const double want[] = {base[0], base[1] * (0.5 / 4 + 0.5), base[2] / 4, base[3] / 4};
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_NEAR(cs[2 * i], std::cos(pos * want[i]) * mscale, 1e-6) << i;
+    EXPECT_NEAR(cs[2 * i + 1], std::sin(pos * want[i]) * mscale, 1e-6) << i;
+  }
+  // DeepSeek's reading (mscale_all_dim 1): the rotation is not scaled, the scores are by
+  // (1 + 0.1 ln 4)^2.
+  s.yarn_log_mul = 1.0f;
+  EXPECT_NEAR(RopeTable(8, 10000.0f, s, true).mscale(), 1.0, 1e-12);
+  EXPECT_NEAR(YarnMscale(s, true).mla_scores, mscale * mscale, 1e-12);
+  EXPECT_NEAR(YarnMscale(s, false).rope, 1.0, 1e-12);  // mscale / mscale_all_dim, both 1
 }
 
 }  // namespace

@@ -84,6 +84,20 @@ struct PlannedTensor {
 
 bool IsMoe(const SynthOptions& o) { return o.arch != SynthArch::kLlama; }
 
+// DeepSeek-V3's shape in miniature (synth.h): h = dim / n_heads.
+struct DeepseekDims {
+  int64_t q_lora, kv_lora, nope, rope, v;
+};
+DeepseekDims DeepseekOf(const SynthShape& s) {
+  const int64_t h = s.dim / s.n_heads;
+  return {s.dim / 2, s.dim / 2, 2 * h, h, 2 * h};
+}
+constexpr int64_t kDeepseekDenseLayers = 1;
+constexpr int64_t kDeepseekGroups = 2;
+constexpr int64_t kDeepseekGroupsUsed = 1;
+constexpr float kDeepseekScale = 2.5f;
+constexpr float kDeepseekYarnFactor = 4.0f;
+
 int64_t ExpertFfn(const SynthOptions& o) {
   if (o.arch == SynthArch::kMixtral) return o.shape.ffn_dim;
   return o.expert_ffn_dim > 0 ? o.expert_ffn_dim : o.shape.ffn_dim / o.n_experts_used;
@@ -112,6 +126,45 @@ std::vector<PlannedTensor> PlanTensors(const SynthOptions& o) {
   for (int64_t l = 0; l < s.n_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     t.push_back({p + "attn_norm.weight", DType::kF32, {s.dim}, true});
+    if (o.arch == SynthArch::kDeepseek2) {
+      const DeepseekDims m = DeepseekOf(s);
+      const int64_t h = s.n_heads;
+      t.push_back({p + "attn_q_a.weight", type, {m.q_lora, s.dim}, false, unit});
+      t.push_back({p + "attn_q_a_norm.weight", DType::kF32, {m.q_lora}, true});
+      t.push_back({p + "attn_q_b.weight", type, {h * (m.nope + m.rope), m.q_lora}, false, unit});
+      t.push_back({p + "attn_kv_a_mqa.weight", type, {m.kv_lora + m.rope, s.dim}, false, unit});
+      t.push_back({p + "attn_kv_a_norm.weight", DType::kF32, {m.kv_lora}, true});
+      if (o.mla_split) {
+        t.push_back({p + "attn_k_b.weight", type, {h, m.kv_lora, m.nope}, false, unit});
+        t.push_back({p + "attn_v_b.weight", type, {h, m.v, m.kv_lora}, false, unit});
+      } else {
+        t.push_back({p + "attn_kv_b.weight", type, {h * (m.nope + m.v), m.kv_lora}, false, unit});
+      }
+      t.push_back({p + "attn_output.weight", type, {s.dim, h * m.v}, false, unit});
+      t.push_back({p + "ffn_norm.weight", DType::kF32, {s.dim}, true});
+      if (l < kDeepseekDenseLayers) {
+        t.push_back({p + "ffn_gate.weight", type, {s.ffn_dim, s.dim}, false, unit});
+        t.push_back({p + "ffn_up.weight", type, {s.ffn_dim, s.dim}, false, unit});
+        t.push_back({p + "ffn_down.weight", type, {s.dim, s.ffn_dim}, false, unit});
+        continue;
+      }
+      const int64_t e = o.n_experts, f = ExpertFfn(o);
+      t.push_back({p + "ffn_gate_inp.weight", DType::kF32, {e, s.dim}, false, router});
+      // The choice bias: standard deviation about 0.1 when peaked (sigmoid scores differ by
+      // about that much), so it changes some choices.
+      t.push_back({p + "exp_probs_b.bias",
+                   DType::kF32,
+                   {e},
+                   false,
+                   o.peaked ? 0.1f * std::sqrt(static_cast<float>(e)) : 0.0f});
+      t.push_back({p + "ffn_gate_exps.weight", type, {e, f, s.dim}, false, unit});
+      t.push_back({p + "ffn_up_exps.weight", type, {e, f, s.dim}, false, unit});
+      t.push_back({p + "ffn_down_exps.weight", type, {e, s.dim, f}, false, unit});
+      t.push_back({p + "ffn_gate_shexp.weight", type, {f, s.dim}, false, unit});
+      t.push_back({p + "ffn_up_shexp.weight", type, {f, s.dim}, false, unit});
+      t.push_back({p + "ffn_down_shexp.weight", type, {s.dim, f}, false, unit});
+      continue;
+    }
     t.push_back({p + "attn_q.weight", type, {q_dim, s.dim}, false, unit});
     t.push_back({p + "attn_k.weight", type, {kv_dim, s.dim}, false, unit});
     t.push_back({p + "attn_v.weight", type, {kv_dim, s.dim}, false, unit});
@@ -139,7 +192,9 @@ std::vector<PlannedTensor> PlanTensors(const SynthOptions& o) {
 Status AddMetadata(const SynthOptions& o, GgufWriter& w) {
   const SynthShape& s = o.shape;
   LOOM_ASSIGN_OR_RETURN(TokenizerSpec vocab, SynthVocab(s.vocab_size));
-  const std::string arch = o.arch == SynthArch::kQwen3Moe ? "qwen3moe" : "llama";
+  const std::string arch = o.arch == SynthArch::kQwen3Moe    ? "qwen3moe"
+                           : o.arch == SynthArch::kDeepseek2 ? "deepseek2"
+                                                             : "llama";
   const std::string a = arch + ".";
   w.AddString("general.architecture", arch);
   w.AddString("general.name", "loom-synth-" + std::string(s.name));
@@ -150,15 +205,55 @@ Status AddMetadata(const SynthOptions& o, GgufWriter& w) {
   w.AddU32(a + "embedding_length", static_cast<uint32_t>(s.dim));
   w.AddU32(a + "block_count", static_cast<uint32_t>(s.n_layers));
   w.AddU32(a + "feed_forward_length", static_cast<uint32_t>(s.ffn_dim));
-  w.AddU32(a + "rope.dimension_count", static_cast<uint32_t>(s.dim / s.n_heads));
+  const DeepseekDims m = DeepseekOf(s);
+  const bool deepseek = o.arch == SynthArch::kDeepseek2;
+  w.AddU32(a + "rope.dimension_count",
+           static_cast<uint32_t>(deepseek ? m.rope : s.dim / s.n_heads));
   w.AddU32(a + "attention.head_count", static_cast<uint32_t>(s.n_heads));
-  w.AddU32(a + "attention.head_count_kv", static_cast<uint32_t>(s.n_kv_heads));
+  // DeepSeek, older layout: every head has its own decompressed key and value; the split layout
+  // is one latent "head" (multi-query attention over the latents).
+  w.AddU32(a + "attention.head_count_kv",
+           static_cast<uint32_t>(deepseek ? (o.mla_split ? 1 : s.n_heads) : s.n_kv_heads));
   w.AddF32(a + "attention.layer_norm_rms_epsilon", s.rms_eps);
   w.AddF32(a + "rope.freq_base", s.rope_theta);
+  if (o.yarn_factor > 0.0f && !deepseek) {
+    w.AddString(a + "rope.scaling.type", "yarn");
+    w.AddF32(a + "rope.scaling.factor", o.yarn_factor);
+    w.AddU32(a + "rope.scaling.original_context_length",
+             static_cast<uint32_t>(s.context_length / 4));
+  }
   w.AddU32(a + "vocab_size", static_cast<uint32_t>(s.vocab_size));
   if (IsMoe(o)) {
     w.AddU32(a + "expert_count", static_cast<uint32_t>(o.n_experts));
     w.AddU32(a + "expert_used_count", static_cast<uint32_t>(o.n_experts_used));
+    if (deepseek) {
+      // The older layout llama.cpp still reads: key_length / value_length are the decompressed
+      // head sizes (no key_length_mla), attn_kv_b unsplit.
+      if (o.mla_split) {
+        w.AddU32(a + "attention.key_length", static_cast<uint32_t>(m.kv_lora + m.rope));
+        w.AddU32(a + "attention.value_length", static_cast<uint32_t>(m.kv_lora));
+        w.AddU32(a + "attention.key_length_mla", static_cast<uint32_t>(m.nope + m.rope));
+        w.AddU32(a + "attention.value_length_mla", static_cast<uint32_t>(m.v));
+      } else {
+        w.AddU32(a + "attention.key_length", static_cast<uint32_t>(m.nope + m.rope));
+        w.AddU32(a + "attention.value_length", static_cast<uint32_t>(m.v));
+      }
+      w.AddU32(a + "attention.q_lora_rank", static_cast<uint32_t>(m.q_lora));
+      w.AddU32(a + "attention.kv_lora_rank", static_cast<uint32_t>(m.kv_lora));
+      w.AddU32(a + "expert_feed_forward_length", static_cast<uint32_t>(ExpertFfn(o)));
+      w.AddU32(a + "expert_shared_count", 1);
+      w.AddU32(a + "leading_dense_block_count", static_cast<uint32_t>(kDeepseekDenseLayers));
+      w.AddF32(a + "expert_weights_scale", kDeepseekScale);
+      w.AddBool(a + "expert_weights_norm", true);
+      w.AddU32(a + "expert_gating_func", 2);  // sigmoid
+      w.AddU32(a + "expert_group_count", static_cast<uint32_t>(kDeepseekGroups));
+      w.AddU32(a + "expert_group_used_count", static_cast<uint32_t>(kDeepseekGroupsUsed));
+      w.AddString(a + "rope.scaling.type", "yarn");
+      w.AddF32(a + "rope.scaling.factor", kDeepseekYarnFactor);
+      w.AddU32(a + "rope.scaling.original_context_length",
+               static_cast<uint32_t>(s.context_length / 4));
+      w.AddF32(a + "rope.scaling.yarn_log_multiplier", 0.1f);  // DeepSeek-V3's 0.1 * mscale_all_dim
+    }
     if (o.arch == SynthArch::kQwen3Moe) {
       w.AddU32(a + "attention.key_length", static_cast<uint32_t>(s.dim / s.n_heads));
       w.AddU32(a + "attention.value_length", static_cast<uint32_t>(s.dim / s.n_heads));
@@ -195,6 +290,18 @@ Status CheckShape(const SynthOptions& o) {
         o.n_experts_used > o.n_experts) {
       return InvalidArgumentError("synth: ", o.n_experts_used, " experts used of ", o.n_experts,
                                   " (expected 1 <= used <= experts <= 4096)");
+    }
+    if (o.arch == SynthArch::kDeepseek2) {
+      const DeepseekDims m = DeepseekOf(s);
+      if (o.n_experts % kDeepseekGroups != 0 ||
+          o.n_experts_used > o.n_experts / kDeepseekGroups * kDeepseekGroupsUsed ||
+          m.q_lora % block != 0 || (s.n_heads * m.v) % block != 0 || s.n_layers < 2 ||
+          (o.mla_split && m.nope % block != 0)) {
+        return InvalidArgumentError("synth: deepseek2 needs an even expert count, at most half of ",
+                                    "the experts used, at least 2 layers and latent ranks (",
+                                    m.q_lora, ") and, split, no-rope key parts (", m.nope,
+                                    ") of whole ", Traits(o.type).name, " blocks");
+      }
     }
     const int64_t f = ExpertFfn(o);
     if (f <= 0 || f % block != 0) {
@@ -288,15 +395,16 @@ StatusOr<SynthArch> ParseSynthArch(std::string_view text) {
   if (text == "llama") return SynthArch::kLlama;
   if (text == "mixtral") return SynthArch::kMixtral;
   if (text == "qwen3moe") return SynthArch::kQwen3Moe;
+  if (text == "deepseek2") return SynthArch::kDeepseek2;
   return InvalidArgumentError("unknown synthetic architecture '", text,
-                              "' (expected llama, mixtral or qwen3moe)");
+                              "' (expected llama, mixtral, qwen3moe or deepseek2)");
 }
 
 StatusOr<DType> ParseDType(std::string_view text) {
   std::string lower(text);
   for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0,
-                  DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K,
+                  DType::kQ5_K, DType::kQ6_K}) {
     if (kernels::Traits(t).name == lower) return t;
   }
   return InvalidArgumentError("unknown weight type '", text,

@@ -41,9 +41,16 @@ const SynthShape* FindSynthShape(std::string_view name);
 //   kMixtral   Mixtral as llama.cpp writes it: "llama" with llama.expert_count, experts of the
 //              shape's ffn_dim
 //   kQwen3Moe  "qwen3moe": Qwen3 attention (q/k norms) and experts of expert_ffn_dim columns
-enum class SynthArch : uint8_t { kLlama, kMixtral, kQwen3Moe };
+//   kDeepseek2 "deepseek2", DeepSeek-V3-shaped (the older attn_kv_b layout): latent attention with
+//              q_lora_rank = kv_lora_rank = dim / 2, key heads of 2h + h (no-rope + rope part) and
+//              value heads of 2h values (h = dim / n_heads), YaRN (factor 4 over a quarter of the
+//              context, yarn_log_multiplier 0.1); one leading dense layer, then layers of experts
+//              of expert_ffn_dim columns with one shared expert, sigmoid routing with a choice bias
+//              (exp_probs_b), 2 expert groups of which 1 is used, weights renormalised and scaled
+//              by 2.5
+enum class SynthArch : uint8_t { kLlama, kMixtral, kQwen3Moe, kDeepseek2 };
 
-// Parses "llama", "mixtral", "qwen3moe".
+// Parses "llama", "mixtral", "qwen3moe", "deepseek2".
 StatusOr<SynthArch> ParseSynthArch(std::string_view text);
 
 struct SynthOptions {
@@ -61,6 +68,13 @@ struct SynthOptions {
   // deviation about 6: a peaked next-token distribution, so near-ties are rare); the embedding's
   // values are about kPeakedGain.  Off: every matrix has standard deviation 0.02.
   bool peaked = false;
+  // YaRN RoPE scaling by this factor over a quarter of the shape's context (rope.scaling.* keys,
+  // no log multiplier); 0: none.  deepseek2 always has its own (factor 4, log multiplier 0.1).
+  float yarn_factor = 0.0f;
+  // deepseek2: the newer layout llama.cpp's converter writes, attn_kv_b split into attn_k_b
+  // (n_heads, kv_lora_rank, nope) and attn_v_b (n_heads, v, kv_lora_rank), with key_length_mla /
+  // value_length_mla (key_length / value_length then describe the latent, head_count_kv 1).
+  bool mla_split = false;
   uint64_t seed = 1;
   int threads = 0;  // 0: one per available core
   // Called after each piece of tensor data is written with (bytes so far, total bytes).

@@ -206,7 +206,8 @@ TEST(Synth, RejectsShapesThatDoNotFitTheBlocks) {
 TEST(Synth, MixturesOfExpertsCarryLlamaCppsKeysAndStackedExperts) {
   EXPECT_EQ(ParseSynthArch("mixtral").value(), SynthArch::kMixtral);
   EXPECT_EQ(ParseSynthArch("qwen3moe").value(), SynthArch::kQwen3Moe);
-  EXPECT_FALSE(ParseSynthArch("deepseek2").ok());
+  EXPECT_EQ(ParseSynthArch("deepseek2").value(), SynthArch::kDeepseek2);
+  EXPECT_FALSE(ParseSynthArch("deepseek4").ok());
   SynthOptions o = Tiny(DType::kQ8_0);
   o.arch = SynthArch::kQwen3Moe;
   o.n_experts = 6;

@@ -45,8 +45,8 @@ StatusOr<LocalDims> ResolveShard(const ModelFile& file, const ShardSpec& s) {
                                 s.ffn_begin + d.ffn_dim, ") outside the model's ", hp.ffn_dim);
   }
   d.ffn_begin = s.ffn_begin;
-  if (hp.is_moe() && (d.head_begin != 0 || d.n_heads != hp.n_heads || d.ffn_begin != 0 ||
-                      d.ffn_dim != hp.ffn_dim)) {
+  if ((hp.is_moe() || hp.is_mla()) && (d.head_begin != 0 || d.n_heads != hp.n_heads ||
+                                       d.ffn_begin != 0 || d.ffn_dim != hp.ffn_dim)) {
     return UnimplementedError(file.path,
                               ": tensor parallelism of mixture-of-experts layers is not supported "
                               "yet; use --pp");
@@ -69,8 +69,9 @@ StatusOr<TransformerWeights> BindWeights(const ModelFile& file, const ShardSpec&
   w.hp = file.hparams;
   LOOM_ASSIGN_OR_RETURN(w.local, ResolveShard(file, shard));
   LOOM_RETURN_IF_ERROR(arch->bind(file, &w));
-  for (const LayerWeights& l : w.layers) {
-    if (w.hp.is_moe() && l.router.data == nullptr) {
+  for (int64_t l = w.local.layer_begin; l < w.local.layer_end; ++l) {
+    const LayerWeights& L = w.layers[static_cast<size_t>(l - w.local.layer_begin)];
+    if (w.hp.is_moe_layer(l) && L.router.data == nullptr) {
       return UnimplementedError(file.path, ": architecture '", file.hparams.arch,
                                 "' with experts (mixture of experts) is not supported");
     }
@@ -89,12 +90,19 @@ StatusOr<std::unique_ptr<Transformer>> Transformer::Create(const TransformerWeig
     return InvalidArgumentError("transformer: max_batch and n_slots must be positive");
   }
   t->max_batch_ = options.max_batch;
-  t->rope_ = RopeTable(hp.head_dim, hp.rope_theta, hp.rope_scaling);
+  const bool deepseek2 = hp.arch == "deepseek2";
+  t->rope_ =
+      RopeTable(hp.is_mla() ? hp.rope_dim : hp.head_dim, hp.rope_theta, hp.rope_scaling, deepseek2);
   const LocalDims& d = weights.local;
-  const int64_t q_dim = d.q_dim();
+  // Latent attention: the heads' outputs are v_head_dim wide; the cache holds one row of latent
+  // and rope key per position.
+  const int64_t q_dim = hp.is_mla() ? hp.n_heads * std::max(hp.head_dim, hp.v_head_dim) : d.q_dim();
   const int64_t kv_dim = d.kv_dim();
-  LOOM_ASSIGN_OR_RETURN(t->cache_, KvCache::Create(std::max<int64_t>(1, d.n_layers()),
-                                                   options.n_slots, t->ctx_, kv_dim));
+  LOOM_ASSIGN_OR_RETURN(
+      t->cache_, hp.is_mla() ? KvCache::Create(std::max<int64_t>(1, d.n_layers()), options.n_slots,
+                                               t->ctx_, hp.kv_lora_rank + hp.rope_dim, 0)
+                             : KvCache::Create(std::max<int64_t>(1, d.n_layers()), options.n_slots,
+                                               t->ctx_, kv_dim));
   const int64_t n = t->max_batch_;
   try {
     t->x_ = base::AlignedBuffer<float>(n * hp.dim);
@@ -103,9 +111,9 @@ StatusOr<std::unique_ptr<Transformer>> Transformer::Create(const TransformerWeig
     t->k_ = base::AlignedBuffer<float>(n * kv_dim);
     t->v_ = base::AlignedBuffer<float>(n * kv_dim);
     t->att_ = base::AlignedBuffer<float>(n * q_dim);
-    if (hp.is_moe()) {
-      t->moe_.Allocate(hp, n);
-    } else {
+    if (hp.is_moe()) t->moe_.Allocate(hp, n);
+    if (hp.is_mla()) t->mla_.Allocate(hp, n, pool.size(), t->ctx_);
+    if (!hp.is_moe() || hp.n_dense_layers > 0) {
       t->hb_ = base::AlignedBuffer<float>(n * d.ffn_dim);
       t->hb2_ = base::AlignedBuffer<float>(n * d.ffn_dim);
     }
@@ -171,9 +179,7 @@ Status Transformer::Layers(const Batch& batch) {
   const LocalDims& d = w_.local;
   const int64_t n = static_cast<int64_t>(batch.tokens.size());
   const int64_t dim = hp.dim;
-  const int64_t hd = hp.head_dim;
-  const int64_t q_dim = d.q_dim();
-  const int64_t kv_dim = d.kv_dim();
+  const int64_t hd = hp.head_dim;  // cos_sin_'s stride (latent attention uses rope_dim of it)
   const int64_t ffn = d.ffn_dim;
   for (int64_t i = 0; i < n; ++i) rope_.CosSin(batch.positions[i], cos_sin_.data() + i * hd);
 
@@ -183,50 +189,22 @@ Status Transformer::Layers(const Batch& batch) {
     for (int64_t i = 0; i < n; ++i) {
       k::RmsNorm(x_.data() + i * dim, L.attn_norm, dim, hp.rms_eps, xb_.data() + i * dim);
     }
-    if (L.wq.type == L.wk.type && L.wk.type == L.wv.type) {
-      const k::MatrixView ws[] = {L.wq, L.wk, L.wv};
-      float* const ys[] = {q_.data(), k_.data(), v_.data()};
-      k::MatMulMulti(ws, xb_.data(), n, ys, ws_, pool_);
+    if (hp.is_mla()) {
+      MlaForward(hp, L, batch, xb_.data(), cos_sin_.data(), hd, cache_, l, att_.data(), mla_, ws_,
+                 pool_);
     } else {
-      k::MatMul(L.wq, xb_.data(), n, q_.data(), ws_, pool_);
-      k::MatMul(L.wk, xb_.data(), n, k_.data(), ws_, pool_);
-      k::MatMul(L.wv, xb_.data(), n, v_.data(), ws_, pool_);
+      AttentionBlock(batch, l);
     }
-    for (int64_t i = 0; i < n; ++i) {
-      float* q = q_.data() + i * q_dim;
-      float* kk = k_.data() + i * kv_dim;
-      if (L.bq != nullptr) k::Add(L.bq, q_dim, q);
-      if (L.bk != nullptr) k::Add(L.bk, kv_dim, kk);
-      if (L.bv != nullptr) k::Add(L.bv, kv_dim, v_.data() + i * kv_dim);
-      if (L.q_norm != nullptr) {
-        for (int64_t h = 0; h < d.n_heads; ++h) {
-          k::RmsNorm(q + h * hd, L.q_norm, hd, hp.rms_eps, q + h * hd);
-        }
-      }
-      if (L.k_norm != nullptr) {
-        for (int64_t h = 0; h < d.n_kv_heads; ++h) {
-          k::RmsNorm(kk + h * hd, L.k_norm, hd, hp.rms_eps, kk + h * hd);
-        }
-      }
-      const float* cs = cos_sin_.data() + i * hd;
-      k::Rope(q, d.n_heads, hd, cs, hp.rope_style);
-      k::Rope(kk, d.n_kv_heads, hd, cs, hp.rope_style);
-      // Store this position's key and value.
-      const int64_t slot = batch.slots[i];
-      const int64_t pos = batch.positions[i];
-      std::copy_n(kk, kv_dim, cache_.K(l, slot) + pos * kv_dim);
-      std::copy_n(v_.data() + i * kv_dim, kv_dim, cache_.V(l, slot) + pos * kv_dim);
-    }
-    Attention(batch, l);
     k::MatMul(L.wo, att_.data(), n, xb_.data(), ws_, pool_);
-    if (collective_ != nullptr) LOOM_RETURN_IF_ERROR(collective_->AllReduceSum(xb_.data(), n * dim));
+    if (collective_ != nullptr)
+      LOOM_RETURN_IF_ERROR(collective_->AllReduceSum(xb_.data(), n * dim));
     k::Add(xb_.data(), n * dim, x_.data());
 
     // Feed-forward block.
     for (int64_t i = 0; i < n; ++i) {
       k::RmsNorm(x_.data() + i * dim, L.ffn_norm, dim, hp.rms_eps, xb_.data() + i * dim);
     }
-    if (hp.is_moe()) {
+    if (hp.is_moe_layer(d.layer_begin + l)) {
       MoeForward(hp, L, xb_.data(), n, xb_.data(), moe_, ws_, pool_);
     } else {
       if (L.w_gate.type == L.w_up.type) {
@@ -240,10 +218,56 @@ Status Transformer::Layers(const Batch& batch) {
       k::SwiGlu(hb_.data(), hb2_.data(), n * ffn, hb_.data());
       k::MatMul(L.w_down, hb_.data(), n, xb_.data(), ws_, pool_);
     }
-    if (collective_ != nullptr) LOOM_RETURN_IF_ERROR(collective_->AllReduceSum(xb_.data(), n * dim));
+    if (collective_ != nullptr)
+      LOOM_RETURN_IF_ERROR(collective_->AllReduceSum(xb_.data(), n * dim));
     k::Add(xb_.data(), n * dim, x_.data());
   }
   return OkStatus();
+}
+
+void Transformer::AttentionBlock(const Batch& batch, int64_t l) {
+  const HParams& hp = w_.hp;
+  const LocalDims& d = w_.local;
+  const LayerWeights& L = w_.layers[static_cast<size_t>(l)];
+  const int64_t n = static_cast<int64_t>(batch.tokens.size());
+  const int64_t hd = hp.head_dim;
+  const int64_t q_dim = d.q_dim();
+  const int64_t kv_dim = d.kv_dim();
+  if (L.wq.type == L.wk.type && L.wk.type == L.wv.type) {
+    const k::MatrixView ws[] = {L.wq, L.wk, L.wv};
+    float* const ys[] = {q_.data(), k_.data(), v_.data()};
+    k::MatMulMulti(ws, xb_.data(), n, ys, ws_, pool_);
+  } else {
+    k::MatMul(L.wq, xb_.data(), n, q_.data(), ws_, pool_);
+    k::MatMul(L.wk, xb_.data(), n, k_.data(), ws_, pool_);
+    k::MatMul(L.wv, xb_.data(), n, v_.data(), ws_, pool_);
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    float* q = q_.data() + i * q_dim;
+    float* kk = k_.data() + i * kv_dim;
+    if (L.bq != nullptr) k::Add(L.bq, q_dim, q);
+    if (L.bk != nullptr) k::Add(L.bk, kv_dim, kk);
+    if (L.bv != nullptr) k::Add(L.bv, kv_dim, v_.data() + i * kv_dim);
+    if (L.q_norm != nullptr) {
+      for (int64_t h = 0; h < d.n_heads; ++h) {
+        k::RmsNorm(q + h * hd, L.q_norm, hd, hp.rms_eps, q + h * hd);
+      }
+    }
+    if (L.k_norm != nullptr) {
+      for (int64_t h = 0; h < d.n_kv_heads; ++h) {
+        k::RmsNorm(kk + h * hd, L.k_norm, hd, hp.rms_eps, kk + h * hd);
+      }
+    }
+    const float* cs = cos_sin_.data() + i * hd;
+    k::Rope(q, d.n_heads, hd, cs, hp.rope_style);
+    k::Rope(kk, d.n_kv_heads, hd, cs, hp.rope_style);
+    // Store this position's key and value.
+    const int64_t slot = batch.slots[i];
+    const int64_t pos = batch.positions[i];
+    std::copy_n(kk, kv_dim, cache_.K(l, slot) + pos * kv_dim);
+    std::copy_n(v_.data() + i * kv_dim, kv_dim, cache_.V(l, slot) + pos * kv_dim);
+  }
+  Attention(batch, l);
 }
 
 void Transformer::Attention(const Batch& batch, int64_t layer) {
@@ -286,8 +310,7 @@ Status Transformer::Logits(std::span<const int32_t> rows, float* logits) {
   if (!w_.local.head) return FailedPreconditionError("logits: this shard holds no output head");
   // Normalize the wanted rows into xb_ (contiguous) and project them onto the vocabulary.
   for (int64_t j = 0; j < m; ++j) {
-    k::RmsNorm(x_.data() + rows[j] * dim, w_.output_norm, dim, w_.hp.rms_eps,
-               xb_.data() + j * dim);
+    k::RmsNorm(x_.data() + rows[j] * dim, w_.output_norm, dim, w_.hp.rms_eps, xb_.data() + j * dim);
   }
   k::MatMul(w_.output, xb_.data(), m, logits, ws_, pool_);
   return OkStatus();

@@ -4,8 +4,8 @@
 //
 // The pass takes a batch of tokens that may belong to different sequences (KV-cache slots) at
 // different positions, so prompt processing is matrix-matrix work and a server can batch decode
-// steps of many requests.  It is split into Embed / Layers / Logits so that a pipeline stage can run
-// a range of layers on hidden states it received, and it calls an optional Collective after the
+// steps of many requests.  It is split into Embed / Layers / Logits so that a pipeline stage can
+// run a range of layers on hidden states it received, and it calls an optional Collective after the
 // attention and feed-forward output projections, where tensor-parallel ranks sum partial results.
 #pragma once
 
@@ -20,6 +20,7 @@
 #include "loom/kernels/matmul.h"
 #include "loom/model/forward_pass.h"
 #include "loom/model/kv_cache.h"
+#include "loom/model/mla.h"
 #include "loom/model/model_file.h"
 #include "loom/model/moe.h"
 #include "loom/model/rope.h"
@@ -34,12 +35,12 @@ struct ShardSpec {
   int64_t layer_begin = 0;
   int64_t layer_end = -1;  // -1: n_layers
   int64_t head_begin = 0;
-  int64_t n_heads = -1;    // -1: all query heads
+  int64_t n_heads = -1;  // -1: all query heads
   int64_t ffn_begin = 0;
-  int64_t ffn_dim = -1;    // -1: all feed-forward columns
-  bool embed = true;       // holds the token embedding (first stage)
-  bool head = true;        // holds the final norm and output head (last stage)
-  int64_t vocab_begin = 0;  // with head: the output head's rows (vocabulary entries) held
+  int64_t ffn_dim = -1;      // -1: all feed-forward columns
+  bool embed = true;         // holds the token embedding (first stage)
+  bool head = true;          // holds the final norm and output head (last stage)
+  int64_t vocab_begin = 0;   // with head: the output head's rows (vocabulary entries) held
   int64_t vocab_count = -1;  // -1: all of them
 };
 
@@ -85,18 +86,35 @@ struct LayerWeights {
   kernels::MatrixView exp_gate;  // (n_experts * expert_ffn_dim, dim)
   kernels::MatrixView exp_up;    // (n_experts * expert_ffn_dim, dim)
   kernels::MatrixView exp_down;  // (n_experts * dim, expert_ffn_dim)
+  // DeepSeek-V3's additions: the choice bias (exp_probs_b) and the shared experts, one SwiGLU of
+  // s = n_shared_experts * expert_ffn_dim columns; empty / null when absent.  Leading dense layers
+  // (hp.n_dense_layers) have w_gate / w_up / w_down and no router.
+  const float* expert_bias = nullptr;  // (n_experts)
+  kernels::MatrixView shexp_gate;      // (s, dim)
+  kernels::MatrixView shexp_up;        // (s, dim)
+  kernels::MatrixView shexp_down;      // (dim, s)
+  // Multi-head latent attention (hp.is_mla(), mla.h; then wk and wv are empty and wq is attn_q
+  // or empty).  nope = head_dim - rope_dim, rank = kv_lora_rank.
+  kernels::MatrixView wq_a;          // (q_lora_rank, dim) or empty
+  const float* q_a_norm = nullptr;   // (q_lora_rank)
+  kernels::MatrixView wq_b;          // (n_heads * head_dim, q_lora_rank)
+  kernels::MatrixView wkv_a;         // (rank + rope_dim, dim)
+  const float* kv_a_norm = nullptr;  // (rank)
+  kernels::MatrixView wkv_b;         // (n_heads * (nope + v_head_dim), rank), or empty when
+  kernels::MatrixView wk_b;          // (n_heads * rank, nope) and
+  kernels::MatrixView wv_b;          // (n_heads * v_head_dim, rank) are given (newer files)
 };
 
 // Views of a model's weights (into its ModelFile's mappings) plus f32 copies of small vectors that
 // were stored in other types.  The ModelFile must outlive it.
 struct TransformerWeights {
-  HParams hp;       // the whole model's hyperparameters
-  LocalDims local;  // what this shard holds
-  kernels::MatrixView token_embd;  // (vocab, dim)
-  std::vector<LayerWeights> layers;  // (local.layer_end - local.layer_begin)
-  const float* output_norm = nullptr;  // (dim)
-  kernels::MatrixView output;          // (vocab, dim); the embedding when tied
-  std::vector<std::unique_ptr<float[]>> owned;  // storage behind converted vectors
+  HParams hp;                                               // the whole model's hyperparameters
+  LocalDims local;                                          // what this shard holds
+  kernels::MatrixView token_embd;                           // (vocab, dim)
+  std::vector<LayerWeights> layers;                         // (local.layer_end - local.layer_begin)
+  const float* output_norm = nullptr;                       // (dim)
+  kernels::MatrixView output;                               // (vocab, dim); the embedding when tied
+  std::vector<std::unique_ptr<float[]>> owned;              // storage behind converted vectors
   std::vector<base::AlignedBuffer<std::byte>> owned_bytes;  // packed column slices (BindCols)
 };
 
@@ -148,6 +166,8 @@ class Transformer : public ForwardPass {
   Transformer(const TransformerWeights& weights, base::ThreadPool& pool)
       : w_(weights), pool_(pool) {}
   Status Validate(const Batch& batch) const;
+  // Layer l's grouped-query attention (not latent): q/k/v projections, RoPE, the cache, heads.
+  void AttentionBlock(const Batch& batch, int64_t layer);
   void Attention(const Batch& batch, int64_t layer);
 
   const TransformerWeights& w_;
@@ -171,6 +191,7 @@ class Transformer : public ForwardPass {
   base::AlignedBuffer<float> cos_sin_;  // (n, head_dim) rotation of each token's position
   base::AlignedBuffer<float> scores_;   // (threads, ctx) attention weights per thread
   MoeScratch moe_;                      // mixture-of-experts models only
+  MlaScratch mla_;                      // latent-attention models only
 };
 
 }  // namespace loom::model

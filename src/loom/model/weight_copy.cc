@@ -21,7 +21,9 @@ auto Streamed(W& w) {
   for (auto& l : w.layers) {
     // Experts stay mapped: a token reads only its experts' pages, and a model whose experts do not
     // fit in memory still runs.  Empty views (a mixture's dense matrices) are skipped.
-    for (auto* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down, &l.router}) {
+    for (auto* m :
+         {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down, &l.router, &l.wq_a, &l.wq_b,
+          &l.wkv_a, &l.wkv_b, &l.wk_b, &l.wv_b, &l.shexp_gate, &l.shexp_up, &l.shexp_down}) {
       if (m->data != nullptr) out.push_back(m);
     }
   }

@@ -200,8 +200,11 @@ StatusOr<ParallelPlan> MakePlan(const model::ModelFile& file, const PlanRequest&
       r.weight_bytes = ShardWeightBytes(file, r.shard);
       const int64_t group = hp.n_heads / hp.n_kv_heads;
       const int64_t kv_heads = (r.shard.head_begin + heads - 1) / group + 1 - r.shard.head_begin / group;
-      r.kv_bytes = 2 * layers[static_cast<size_t>(stage)] * req.n_slots * ctx * kv_heads *
-                   hp.head_dim * static_cast<int64_t>(sizeof(float));
+      // Latent attention keeps one latent and rope key per position and layer (no TP there).
+      const int64_t kv_values =
+          hp.is_mla() ? hp.kv_values_per_token_layer() : 2 * kv_heads * hp.head_dim;
+      r.kv_bytes = layers[static_cast<size_t>(stage)] * req.n_slots * ctx * kv_values *
+                   static_cast<int64_t>(sizeof(float));
       plan.ranks.push_back(r);
     }
   }

@@ -66,6 +66,27 @@ TEST(PlanTest, MixturesOfExpertsSplitIntoStagesButNotTensorParallelRanks) {
   EXPECT_NE(tp.status().message().find("use --pp"), std::string::npos);
 }
 
+TEST(PlanTest, LatentAttentionStagesHoldTheCompressedCache) {
+  model::SynthOptions o;
+  o.shape = *model::FindSynthShape("tiny");  // 5 layers, context 512
+  o.arch = model::SynthArch::kDeepseek2;
+  o.n_experts = 4;
+  o.n_experts_used = 2;
+  o.threads = 1;
+  std::vector<std::byte> bytes;
+  ASSERT_TRUE(model::WriteSynthModelToMemory(o, &bytes).ok());
+  auto file = model::OpenModelFromBytes(bytes, "deepseek2.gguf");
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  auto plan = MakePlan(**file, Req(1, 2));
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  const model::HParams& hp = (*file)->hparams;
+  for (const RankPlan& r : plan->ranks) {
+    const int64_t layers = r.shard.layer_end - r.shard.layer_begin;
+    // kv_lora_rank 32 + rope 8 f32 values per position and layer, not 8 heads x (24 + 16).
+    EXPECT_EQ(r.kv_bytes, layers * 512 * (32 + 8) * 4) << hp.kv_lora_rank;
+  }
+}
+
 TEST(PlanTest, LayersFollowStageWeightsOrExplicitCounts) {
   std::vector<std::byte> bytes;
   auto file = Uneven(kernels::DType::kF32, &bytes);
