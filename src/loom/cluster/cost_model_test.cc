@@ -203,6 +203,32 @@ TEST(CostModelTest, Qwen3OnFourM3UltrasOverThunderbolt5) {
   EXPECT_NEAR(one.decode_compute_s, active / (0.8 * 819e9), 0.02 * one.decode_compute_s);
 }
 
+// A dense 70B model: tensor parallelism halves each rank's reads and costs two all-reduces per
+// layer, which Thunderbolt 5 RDMA's latency allows, so more machines predict more tokens/s; over
+// Thunderbolt 4 TCP (300 us) two machines' all-reduces cost more than their halved reads save, and
+// at four the link takes longer than the reads.
+TEST(CostModelTest, DenseModelSpeedsUpWithTensorParallelismOverThunderbolt5Only) {
+  auto f = ShapeFromConfig(Fixture("llama-3.1-70b.json"), "llama", "q4_0");
+  ASSERT_TRUE(f.ok()) << f.status().message();
+  auto machine = LoadMachineProfile("m4-max-128g");
+  ASSERT_TRUE(machine.ok());
+  CostInputs in;
+  in.ranks = 4;
+  in.rank = machine->Facts();
+  in.context = 8192;
+  in.link = LoadLinkProfile("tb5-rdma")->Facts();
+  const auto fast = PredictAll(**f, in);
+  const double tp1 = Find(fast, 1, 1).decode_tokens_per_s, tp2 = Find(fast, 2, 1).decode_tokens_per_s,
+               tp4 = Find(fast, 4, 1).decode_tokens_per_s;
+  EXPECT_GT(tp2, tp1);
+  EXPECT_GT(tp4, tp2);
+  EXPECT_EQ(PickBest(fast)->tp, 4);
+  in.link = LoadLinkProfile("tb4-tcp")->Facts();
+  const auto slow = PredictAll(**f, in);
+  EXPECT_LT(Find(slow, 2, 1).decode_tokens_per_s, Find(slow, 1, 1).decode_tokens_per_s);
+  EXPECT_GT(Find(slow, 4, 1).decode_link_s, Find(slow, 4, 1).decode_compute_s);
+}
+
 // Kimi K2 at 4 bits does not fit one 512 GB machine; two stages do.
 TEST(CostModelTest, KimiK2NeedsTwoM3Ultras) {
   auto f = ShapeFromConfig(Fixture("kimi-k2-thinking.json"), "kimi", "");

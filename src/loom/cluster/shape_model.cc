@@ -126,16 +126,22 @@ std::string Text(const std::string& path) {
 // section is there.  Tensor data pointers are cleared before the reservation goes.
 StatusOr<std::unique_ptr<model::ModelFile>> ShapeFromGguf(const std::string& path) {
   LOOM_ASSIGN_OR_RETURN(base::MappedFile file, base::MappedFile::Open(path));
-  constexpr int64_t kSpan = int64_t{1} << 44;  // 16 TiB, beyond any model's file
-  void* base = mmap(nullptr, static_cast<size_t>(kSpan), PROT_READ,
-                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  // 16 TiB is beyond any model's file; smaller where the address space is (down to 256 GiB).
+  int64_t span = int64_t{1} << 44;
+  void* base = MAP_FAILED;
+  for (; span >= int64_t{1} << 38 && base == MAP_FAILED; span /= 4) {
+    base = mmap(nullptr, static_cast<size_t>(span), PROT_READ,
+                MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (base != MAP_FAILED) break;
+  }
   if (base == MAP_FAILED) {
     return ResourceExhaustedError(path, ": cannot reserve address space to read the GGUF header");
   }
   struct Unmap {
     void* p;
-    ~Unmap() { munmap(p, static_cast<size_t>(kSpan)); }
-  } unmap{base};
+    int64_t size;
+    ~Unmap() { munmap(p, static_cast<size_t>(size)); }
+  } unmap{base, span};
   // The reservation is read-only: copy the header in through a writable view of its first pages.
   const int64_t page = 1 << 16;
   const int64_t head = std::min<int64_t>(file.size(), int64_t{256} << 20);  // metadata + tensor table
@@ -148,7 +154,7 @@ StatusOr<std::unique_ptr<model::ModelFile>> ShapeFromGguf(const std::string& pat
     std::memcpy(base, file.data(), static_cast<size_t>(head));
   }
   const std::span<const std::byte> bytes(static_cast<const std::byte*>(base),
-                                         static_cast<size_t>(kSpan));
+                                         static_cast<size_t>(span));
   auto gguf = model::ParseGguf(bytes, path);
   if (!gguf.ok()) {
     return InvalidArgumentError(gguf.status().message(), " (as a GGUF header: the file's ",
