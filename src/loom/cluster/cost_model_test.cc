@@ -11,6 +11,7 @@
 #include "loom/cluster/profiles.h"
 #include "loom/cluster/shape_model.h"
 #include "loom/model/gguf_reader.h"
+#include "loom/model/gguf_writer.h"
 #include "loom/model/synth.h"
 
 namespace loom::cluster {
@@ -132,6 +133,77 @@ TEST(CostModelTest, PlansFromAGgufHeaderOnly) {
     EXPECT_EQ(a[i].decode_tokens_per_s, b[i].decode_tokens_per_s);
     EXPECT_EQ(a[i].prompt_tokens_per_s, b[i].prompt_tokens_per_s);
   }
+}
+
+// A DeepSeek-V3-shaped GGUF header ("deepseek2", key length 192 and value length 128, which the
+// runtime does not read yet): the planner takes the tensor table as it is.
+TEST(CostModelTest, PlansFromTheTensorTableOfAnArchitectureTheRuntimeDoesNotRead) {
+  using kernels::DType;
+  model::GgufWriter w;
+  w.AddString("general.architecture", "deepseek2");
+  w.AddU32("deepseek2.embedding_length", 256);
+  w.AddU32("deepseek2.block_count", 2);
+  w.AddU32("deepseek2.attention.head_count", 4);
+  w.AddU32("deepseek2.attention.head_count_kv", 4);
+  w.AddU32("deepseek2.attention.key_length", 192);
+  w.AddU32("deepseek2.attention.value_length", 128);
+  w.AddU32("deepseek2.attention.kv_lora_rank", 64);
+  w.AddU32("deepseek2.rope.dimension_count", 64);
+  w.AddU32("deepseek2.feed_forward_length", 512);
+  w.AddU32("deepseek2.expert_feed_forward_length", 128);
+  w.AddU32("deepseek2.expert_count", 16);
+  w.AddU32("deepseek2.expert_used_count", 4);
+  w.AddU32("deepseek2.context_length", 1024);
+  int64_t exps = 0;
+  auto add = [&](const std::string& name, DType type, std::vector<int64_t> shape) {
+    ASSERT_TRUE(w.AddTensor(name, type, shape).ok()) << name;
+  };
+  add("token_embd.weight", DType::kQ8_0, {1000, 256});
+  add("output.weight", DType::kQ8_0, {1000, 256});
+  add("output_norm.weight", DType::kF32, {256});
+  for (int l = 0; l < 2; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    add(p + "attn_norm.weight", DType::kF32, {256});
+    add(p + "attn_q.weight", DType::kQ8_0, {4 * 192, 256});
+    add(p + "attn_kv_a_mqa.weight", DType::kQ8_0, {64 + 64, 256});
+    add(p + "attn_kv_b.weight", DType::kQ8_0, {4 * (128 + 128), 64});
+    add(p + "attn_output.weight", DType::kQ8_0, {256, 4 * 128});
+    if (l == 0) {
+      add(p + "ffn_gate.weight", DType::kQ4_0, {512, 256});
+      add(p + "ffn_up.weight", DType::kQ4_0, {512, 256});
+      add(p + "ffn_down.weight", DType::kQ4_0, {256, 512});
+      continue;
+    }
+    add(p + "ffn_gate_inp.weight", DType::kF32, {16, 256});
+    add(p + "ffn_gate_exps.weight", DType::kQ4_0, {16, 128, 256});
+    add(p + "ffn_up_exps.weight", DType::kQ4_0, {16, 128, 256});
+    add(p + "ffn_down_exps.weight", DType::kQ4_0, {16, 256, 128});
+    add(p + "ffn_gate_shexp.weight", DType::kQ4_0, {128, 256});
+    add(p + "ffn_up_shexp.weight", DType::kQ4_0, {128, 256});
+    add(p + "ffn_down_shexp.weight", DType::kQ4_0, {256, 128});
+    exps = 3 * 16 * 128 * 256 / 32 * 18;
+  }
+  std::vector<std::byte> header;
+  ASSERT_TRUE(w.BeginMemory(&header).ok());  // the header only: no tensor data follows
+  const std::string path =
+      ::testing::TempDir() + "loom_deepseek2_" + std::to_string(::getpid()) + ".gguf";
+  {
+    std::ofstream out(path, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(header.data()), static_cast<std::streamsize>(header.size()));
+  }
+  auto f = OpenShapeOnly(path, "");
+  std::remove(path.c_str());
+  ASSERT_TRUE(f.ok()) << f.status().message();
+  EXPECT_EQ((*f)->hparams.arch, "deepseek2");
+  EXPECT_TRUE((*f)->hparams.is_moe());
+  EXPECT_EQ((*f)->hparams.vocab_size, 1000);
+  EXPECT_NE((*f)->metadata.at("planner.note").find("value_length"), std::string::npos);
+  const auto all = PredictAll(**f, Inputs(2));
+  const Prediction& one = Find(all, 1, 1);
+  ASSERT_TRUE(one.feasible) << one.why_not;
+  const double read = static_cast<double>((*f)->total_tensor_bytes() - 1000 * 256 / 32 * 34);
+  EXPECT_NEAR(one.decode_compute_s * 1e9, read - exps * (1.0 - 4.0 / 16), 1e-3);
+  EXPECT_TRUE(Find(all, 1, 2).feasible) << Find(all, 1, 2).why_not;
 }
 
 std::string Fixture(const std::string& name) {

@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include <cmath>
+#include <optional>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -120,6 +121,59 @@ std::string Text(const std::string& path) {
   return s.str();
 }
 
+std::optional<int64_t> GgufInt(const model::GgufFile& g, const std::string& key) {
+  const model::GgufValue* v = g.Find(key);
+  if (v == nullptr || v->count != 1 || !v->is_integer()) return std::nullopt;
+  return v->IntAt(0);
+}
+
+// The tensor table and the few hyperparameters the planner reads, for a GGUF file whose
+// architecture the runtime does not read yet (DeepSeek-V3 / Kimi K2 as llama.cpp's "deepseek2":
+// key and value lengths differ, YaRN scaling): the table gives every tensor's exact bytes.
+StatusOr<std::unique_ptr<model::ModelFile>> ShapeFromGgufTable(const model::GgufFile& g,
+                                                               const std::string& path) {
+  auto m = std::make_unique<model::ModelFile>();
+  m->path = path;
+  model::HParams& hp = m->hparams;
+  const model::GgufValue* arch = g.Find("general.architecture");
+  if (arch == nullptr || arch->strings.size() != 1 || arch->strings[0].empty()) {
+    return InvalidArgumentError(path, ": no general.architecture");
+  }
+  hp.arch = arch->strings[0];
+  const std::string p = hp.arch + ".";
+  hp.dim = GgufInt(g, p + "embedding_length").value_or(0);
+  hp.n_layers = GgufInt(g, p + "block_count").value_or(0);
+  hp.n_heads = GgufInt(g, p + "attention.head_count").value_or(0);
+  hp.n_kv_heads = GgufInt(g, p + "attention.head_count_kv").value_or(hp.n_heads);
+  hp.ffn_dim = GgufInt(g, p + "feed_forward_length").value_or(0);
+  hp.context_length = GgufInt(g, p + "context_length").value_or(4096);
+  hp.n_experts = GgufInt(g, p + "expert_count").value_or(0);
+  hp.n_experts_used = GgufInt(g, p + "expert_used_count").value_or(0);
+  hp.expert_ffn_dim = GgufInt(g, p + "expert_feed_forward_length").value_or(hp.ffn_dim);
+  hp.head_dim = GgufInt(g, p + "attention.key_length").value_or(hp.n_heads > 0 ? hp.dim / hp.n_heads : 0);
+  const int64_t kv_lora = GgufInt(g, p + "attention.kv_lora_rank").value_or(0);
+  const int64_t rope = GgufInt(g, p + "rope.dimension_count").value_or(0);
+  if (kv_lora > 0) {  // the MLA cache as in ShapeFromConfig
+    hp.n_kv_heads = 1;
+    hp.head_dim = (kv_lora + rope) / 2;
+  }
+  bool has_output = false;
+  for (const model::GgufTensor& t : g.tensors) {
+    model::TensorInfo info;
+    info.name = t.name;
+    info.shape.assign(t.ne.rbegin(), t.ne.rend());
+    // Types the kernels do not support keep their exact bytes; the planner reads only sizes.
+    info.type = t.type->dtype.value_or(kernels::DType::kF32);
+    info.size_bytes = t.size_bytes;
+    if (t.name == "token_embd.weight" && t.ne.size() == 2) hp.vocab_size = t.ne[1];
+    has_output = has_output || t.name == "output.weight";
+    m->tensors[t.name] = std::move(info);
+  }
+  hp.tied_embeddings = !has_output;
+  m->metadata["general.architecture"] = hp.arch;
+  return m;
+}
+
 // A GGUF header: the reader parses a span as long as the largest model could be, of which the
 // file's bytes are the beginning and the rest reads as zeros (an address-space reservation with
 // no memory behind it), so the tensor table passes its bounds checks whether or not the data
@@ -169,7 +223,12 @@ StatusOr<std::unique_ptr<model::ModelFile>> ShapeFromGguf(const std::string& pat
   }
   auto m = std::make_unique<model::ModelFile>();
   m->path = path;
-  LOOM_RETURN_IF_ERROR(model::GgufToModel(*gguf, bytes, m.get()));
+  if (Status st = model::GgufToModel(*gguf, bytes, m.get()); !st.ok()) {
+    // An architecture or setting the runtime does not read yet: plan from the table alone.
+    if (st.code() != StatusCode::kUnimplemented) return st;
+    LOOM_ASSIGN_OR_RETURN(m, ShapeFromGgufTable(*gguf, path));
+    m->metadata["planner.note"] = st.message();
+  }
   m->format = "gguf-header";
   for (auto& [name, t] : m->tensors) {
     t.data = t.scales = t.biases = nullptr;
