@@ -58,8 +58,9 @@ TEST(PlanCliTest, ConfigDirectoryWithProfilesPrintsEveryPlan) {
 TEST(PlanCliTest, GgufHeaderOnlyPlansButDoesNotRun) {
   const std::string dir = TempDir("header");
   const std::string whole = dir + "/moe.gguf", header = dir + "/header.gguf";
-  ASSERT_EQ(RunShell(kLoom + " synth --arch qwen3moe --shape small --type q4_0 -o " + whole).exit_code,
-            0);
+  ASSERT_EQ(
+      RunShell(kLoom + " synth --arch qwen3moe --shape small --type q4_0 -o " + whole).exit_code,
+      0);
   // The small shape's metadata (a 4096-token vocabulary) and tensor table take about 100 KiB,
   // its data megabytes; cut at 256 KiB, the file has no whole tensor.
   ASSERT_GT(std::filesystem::file_size(whole), 4u << 20);
@@ -82,8 +83,9 @@ TEST(PlanCliTest, GgufHeaderOnlyPlansButDoesNotRun) {
 TEST(PlanCliTest, GgufCutInsideItsHeaderIsAClearError) {
   const std::string dir = TempDir("cut");
   const std::string whole = dir + "/moe.gguf";
-  ASSERT_EQ(RunShell(kLoom + " synth --arch qwen3moe --shape small --type q4_0 -o " + whole).exit_code,
-            0);
+  ASSERT_EQ(
+      RunShell(kLoom + " synth --arch qwen3moe --shape small --type q4_0 -o " + whole).exit_code,
+      0);
   std::filesystem::resize_file(whole, 4 << 10);  // inside the vocabulary
   const auto r = RunShell(kLoom + " plan -m " + whole + " --machine m4-pro-64g");
   std::filesystem::remove_all(dir);

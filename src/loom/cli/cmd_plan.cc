@@ -4,8 +4,8 @@
 
 #include <cstdio>
 #include <memory>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "loom/base/sysinfo.h"
@@ -42,8 +42,9 @@ struct PlanOptions {
 // config.json plans without the data (cluster::OpenShapeOnly).
 StatusOr<std::unique_ptr<model::ModelFile>> OpenForPlan(const PlanOptions& o, bool need_weights) {
   if (!o.type.empty() && need_weights) {
-    return InvalidArgumentError("--type sizes a model from its config only; give --machine (or "
-                                "--decode-gbs and --prompt-gflops) too");
+    return InvalidArgumentError(
+        "--type sizes a model from its config only; give --machine (or "
+        "--decode-gbs and --prompt-gflops) too");
   }
   if (o.type.empty()) {
     auto file = model::OpenModel(o.model);
@@ -94,7 +95,8 @@ int Plan(const PlanOptions& o) {
     if (o.ranks_per_host > 1) {
       in.rank.decode_bytes_per_s_shared = in.rank.decode_bytes_per_s / o.ranks_per_host;
     }
-    if (o.decode_gbs > 0) in.rank.decode_bytes_per_s = in.rank.decode_bytes_per_s_shared = o.decode_gbs * 1e9;
+    if (o.decode_gbs > 0)
+      in.rank.decode_bytes_per_s = in.rank.decode_bytes_per_s_shared = o.decode_gbs * 1e9;
     if (o.prompt_gflops > 0) in.rank.prompt_flops = o.prompt_gflops * 1e9;
   } else if (o.decode_gbs > 0 && o.prompt_gflops > 0) {
     in.rank.decode_bytes_per_s = o.decode_gbs * 1e9;
@@ -104,7 +106,8 @@ int Plan(const PlanOptions& o) {
     auto facts = cluster::Calibrate(**file, o.ranks_per_host);
     if (!facts.ok()) return Fail("plan", facts.status());
     in.rank = *facts;
-    if (o.decode_gbs > 0) in.rank.decode_bytes_per_s = in.rank.decode_bytes_per_s_shared = o.decode_gbs * 1e9;
+    if (o.decode_gbs > 0)
+      in.rank.decode_bytes_per_s = in.rank.decode_bytes_per_s_shared = o.decode_gbs * 1e9;
     if (o.prompt_gflops > 0) in.rank.prompt_flops = o.prompt_gflops * 1e9;
   }
   if (!o.rank_memory.empty()) {
@@ -152,30 +155,33 @@ int Plan(const PlanOptions& o) {
     std::printf("%s\n", j.dump().c_str());
     return best != nullptr ? 0 : 1;
   }
-  std::printf("model %s, up to %d ranks; link %.0f us one-way, %.1f Gbit/s%s%s\n",
-              o.model.c_str(), o.ranks, link_latency_us, link_gbps, link ? " (profile " : "",
+  std::printf("model %s, up to %d ranks; link %.0f us one-way, %.1f Gbit/s%s%s\n", o.model.c_str(),
+              o.ranks, link_latency_us, link_gbps, link ? " (profile " : "",
               link ? (link->name + ")").c_str() : "");
-  std::printf("weights %.2f GiB in all (%.1fB parameters); a token reads %.2f GiB (%.1fB "
-              "active)%s\n",
-              static_cast<double>(total_bytes) / (1 << 30), static_cast<double>(counts.total) / 1e9,
-              static_cast<double>(counts.active_bytes_per_token) / (1 << 30),
-              static_cast<double>(counts.active) / 1e9,
-              (*file)->format == "config"        ? "; sized from config.json, no weights"
-              : (*file)->format == "gguf-header" ? "; from the GGUF header, no weights"
-                                                 : "");
+  std::printf(
+      "weights %.2f GiB in all (%.1fB parameters); a token reads %.2f GiB (%.1fB "
+      "active)%s\n",
+      static_cast<double>(total_bytes) / (1 << 30), static_cast<double>(counts.total) / 1e9,
+      static_cast<double>(counts.active_bytes_per_token) / (1 << 30),
+      static_cast<double>(counts.active) / 1e9,
+      (*file)->format == "config"        ? "; sized from config.json, no weights"
+      : (*file)->format == "gguf-header" ? "; from the GGUF header, no weights"
+                                         : "");
   if (machine) {
     std::printf("machine profile %s: %.0f GB/s x %.2f efficiency\n", machine->name.c_str(),
                 machine->memory_bytes_per_s / 1e9, machine->decode_efficiency);
   }
-  std::printf("per rank: decode %.1f GB/s (%.1f GB/s with %d on a host), prompt %.0f GFLOP/s, "
-              "memory %.1f GiB\n\n",
-              in.rank.decode_bytes_per_s / 1e9,
-              (in.rank.decode_bytes_per_s_shared > 0 ? in.rank.decode_bytes_per_s_shared
-                                                     : in.rank.decode_bytes_per_s) / 1e9,
-              o.ranks_per_host, in.rank.prompt_flops / 1e9,
-              static_cast<double>(in.rank.memory_bytes) / (1 << 30));
-  std::printf("%-10s %12s %12s %11s %11s  %s\n", "plan", "gen tok/s", "prompt tok/s",
-              "compute ms", "link ms", "layout");
+  std::printf(
+      "per rank: decode %.1f GB/s (%.1f GB/s with %d on a host), prompt %.0f GFLOP/s, "
+      "memory %.1f GiB\n\n",
+      in.rank.decode_bytes_per_s / 1e9,
+      (in.rank.decode_bytes_per_s_shared > 0 ? in.rank.decode_bytes_per_s_shared
+                                             : in.rank.decode_bytes_per_s) /
+          1e9,
+      o.ranks_per_host, in.rank.prompt_flops / 1e9,
+      static_cast<double>(in.rank.memory_bytes) / (1 << 30));
+  std::printf("%-10s %12s %12s %11s %11s  %s\n", "plan", "gen tok/s", "prompt tok/s", "compute ms",
+              "link ms", "layout");
   for (const auto& p : all) {
     const std::string name = "tp" + std::to_string(p.tp) + " pp" + std::to_string(p.pp);
     if (!p.feasible) {

@@ -189,7 +189,8 @@ TEST(CostModelTest, PlansFromTheTensorTableOfAnArchitectureTheRuntimeDoesNotRead
       ::testing::TempDir() + "loom_deepseek2_" + std::to_string(::getpid()) + ".gguf";
   {
     std::ofstream out(path, std::ios::binary);
-    out.write(reinterpret_cast<const char*>(header.data()), static_cast<std::streamsize>(header.size()));
+    out.write(reinterpret_cast<const char*>(header.data()),
+              static_cast<std::streamsize>(header.size()));
   }
   auto f = OpenShapeOnly(path, "");
   std::remove(path.c_str());
@@ -290,7 +291,8 @@ TEST(CostModelTest, DenseModelSpeedsUpWithTensorParallelismOverThunderbolt5Only)
   in.context = 8192;
   in.link = LoadLinkProfile("tb5-rdma")->Facts();
   const auto fast = PredictAll(**f, in);
-  const double tp1 = Find(fast, 1, 1).decode_tokens_per_s, tp2 = Find(fast, 2, 1).decode_tokens_per_s,
+  const double tp1 = Find(fast, 1, 1).decode_tokens_per_s,
+               tp2 = Find(fast, 2, 1).decode_tokens_per_s,
                tp4 = Find(fast, 4, 1).decode_tokens_per_s;
   EXPECT_GT(tp2, tp1);
   EXPECT_GT(tp4, tp2);
@@ -335,6 +337,11 @@ TEST(CostModelTest, ConfigErrorsAreClear) {
   expect_error(base + R"(, "num_experts": 4, "num_experts_per_tok": 5})", "", "5 of 4 experts");
   expect_error(base + "}", "q3_k", "not a type the planner sizes");
   expect_error(base + R"(, "quantization": {"bits": 3, "group_size": 64}})", "", "give --type");
+  // Wrong JSON types are errors, not exceptions.
+  expect_error(base + R"(, "quantization": {"bits": "4", "group_size": 64}})", "", "give --type");
+  expect_error(base + R"(, "tie_word_embeddings": "yes"})", "", "true or false");
+  expect_error(base + R"(, "num_experts": "8"})", "", "non-negative integer");
+  EXPECT_TRUE(ShapeFromConfig(base + R"(, "model_type": 7})", "config.json", "").ok());
   auto dense = ShapeFromConfig(base + "}", "config.json", "q4_0");
   ASSERT_TRUE(dense.ok()) << dense.status().message();
   EXPECT_EQ((*dense)->tensors.at("blk.1.ffn_down.weight").type, kernels::DType::kQ4_0);

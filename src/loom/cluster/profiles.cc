@@ -121,8 +121,7 @@ StatusOr<MachineProfile> ParseMachineProfile(std::string_view text, const std::s
   p.memory_bytes = static_cast<int64_t>(memory);
   LOOM_ASSIGN_OR_RETURN(const double gbs, Number(j, "memory_gb_per_s", origin, &p.sources));
   p.memory_bytes_per_s = gbs * 1e9;
-  LOOM_ASSIGN_OR_RETURN(p.decode_efficiency,
-                        Number(j, "decode_efficiency", origin, &p.sources));
+  LOOM_ASSIGN_OR_RETURN(p.decode_efficiency, Number(j, "decode_efficiency", origin, &p.sources));
   if (p.decode_efficiency > 1) {
     return InvalidArgumentError(origin, ": decode_efficiency ", p.decode_efficiency,
                                 " is above 1 (a share of the memory bandwidth)");

@@ -3,10 +3,10 @@
 #include <sys/mman.h>
 
 #include <cmath>
-#include <optional>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "loom/base/mapped_file.h"
@@ -28,22 +28,25 @@ struct Storage {
   int bits = 0;                                   // MLX: bits per value
 };
 
-StatusOr<Storage> StorageFor(const std::string& type, const json& config,
-                             const std::string& name) {
+StatusOr<Storage> StorageFor(const std::string& type, const json& config, const std::string& name) {
   Storage s;
   std::string t = type;
   if (t.empty()) {
     auto q = config.find("quantization");
     if (q != config.end() && q->is_object()) {
-      const int bits = q->value("bits", 0);
-      const int64_t group = q->value("group_size", int64_t{0});
+      auto number = [&](const char* key) -> int64_t {
+        auto it = q->find(key);
+        return it != q->end() && it->is_number_integer() ? it->get<int64_t>() : 0;
+      };
+      const int64_t bits = number("bits");
+      const int64_t group = number("group_size");
       if ((bits != 4 && bits != 8) || group <= 0 || group % 32 != 0) {
         return InvalidArgumentError(name, ": quantization {bits ", bits, ", group_size ", group,
                                     "} is not one the planner sizes (bits 4 or 8, groups of a "
                                     "multiple of 32); give --type");
       }
       s.matrix = bits == 4 ? kernels::DType::kMlx4 : kernels::DType::kMlx8;
-      s.bits = bits;
+      s.bits = static_cast<int>(bits);
       s.group_size = group;
       return s;
     }
@@ -108,7 +111,8 @@ StatusOr<int64_t> Int(const json& c, const char* key, const std::string& name, i
     if (required) return InvalidArgumentError(name, ": config has no \"", key, "\"");
     return fallback;
   }
-  if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() > (int64_t{1} << 40)) {
+  if (!it->is_number_integer() || it->get<int64_t>() < 0 ||
+      it->get<int64_t>() > (int64_t{1} << 40)) {
     return InvalidArgumentError(name, ": config \"", key, "\" must be a non-negative integer");
   }
   return it->get<int64_t>();
@@ -150,7 +154,8 @@ StatusOr<std::unique_ptr<model::ModelFile>> ShapeFromGgufTable(const model::Gguf
   hp.n_experts = GgufInt(g, p + "expert_count").value_or(0);
   hp.n_experts_used = GgufInt(g, p + "expert_used_count").value_or(0);
   hp.expert_ffn_dim = GgufInt(g, p + "expert_feed_forward_length").value_or(hp.ffn_dim);
-  hp.head_dim = GgufInt(g, p + "attention.key_length").value_or(hp.n_heads > 0 ? hp.dim / hp.n_heads : 0);
+  hp.head_dim =
+      GgufInt(g, p + "attention.key_length").value_or(hp.n_heads > 0 ? hp.dim / hp.n_heads : 0);
   const int64_t kv_lora = GgufInt(g, p + "attention.kv_lora_rank").value_or(0);
   const int64_t rope = GgufInt(g, p + "rope.dimension_count").value_or(0);
   if (kv_lora > 0) {  // the MLA cache as in ShapeFromConfig
@@ -198,7 +203,8 @@ StatusOr<std::unique_ptr<model::ModelFile>> ShapeFromGguf(const std::string& pat
   } unmap{base, span};
   // The reservation is read-only: copy the header in through a writable view of its first pages.
   const int64_t page = 1 << 16;
-  const int64_t head = std::min<int64_t>(file.size(), int64_t{256} << 20);  // metadata + tensor table
+  const int64_t head =
+      std::min<int64_t>(file.size(), int64_t{256} << 20);  // metadata + tensor table
   const size_t copy_span = static_cast<size_t>((head + page - 1) / page * page);
   if (copy_span > 0) {
     if (mmap(base, copy_span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1,
@@ -217,8 +223,10 @@ StatusOr<std::unique_ptr<model::ModelFile>> ShapeFromGguf(const std::string& pat
   // The data section starts at the tensor table's end rounded up to the alignment: a file that
   // ends before the table does has lost part of it to the zeros.
   if (gguf->data_offset - (gguf->alignment - 1) > file.size()) {
-    return InvalidArgumentError(path, ": the GGUF header is cut short (its metadata and tensor "
-                                "table take ", gguf->data_offset - (gguf->alignment - 1),
+    return InvalidArgumentError(path,
+                                ": the GGUF header is cut short (its metadata and tensor "
+                                "table take ",
+                                gguf->data_offset - (gguf->alignment - 1),
                                 " bytes or more, the file has ", file.size(), ")");
   }
   auto m = std::make_unique<model::ModelFile>();
@@ -261,7 +269,11 @@ StatusOr<std::unique_ptr<model::ModelFile>> ShapeFromConfig(const std::string& t
   m->path = name;
   m->format = "config";
   model::HParams& hp = m->hparams;
-  const std::string model_type = c.value("model_type", "");
+  auto text_field = [&](const char* key) {
+    auto it = c.find(key);
+    return it != c.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  const std::string model_type = text_field("model_type");
   LOOM_ASSIGN_OR_RETURN(hp.dim, Int(c, "hidden_size", name, 0, true));
   LOOM_ASSIGN_OR_RETURN(hp.n_layers, Int(c, "num_hidden_layers", name, 0, true));
   LOOM_ASSIGN_OR_RETURN(hp.n_heads, Int(c, "num_attention_heads", name, 0, true));
@@ -269,15 +281,21 @@ StatusOr<std::unique_ptr<model::ModelFile>> ShapeFromConfig(const std::string& t
   LOOM_ASSIGN_OR_RETURN(hp.ffn_dim, Int(c, "intermediate_size", name, 0, true));
   LOOM_ASSIGN_OR_RETURN(hp.vocab_size, Int(c, "vocab_size", name, 0, true));
   LOOM_ASSIGN_OR_RETURN(hp.context_length, Int(c, "max_position_embeddings", name, 4096, false));
-  if (hp.dim == 0 || hp.n_layers == 0 || hp.n_heads == 0 || hp.n_kv_heads == 0 ||
-      hp.ffn_dim == 0 || hp.vocab_size == 0 || hp.n_heads % hp.n_kv_heads != 0) {
-    return InvalidArgumentError(name, ": hidden_size, num_hidden_layers, num_attention_heads, ",
-                                "intermediate_size and vocab_size must be positive and the key/value "
-                                "heads must divide the heads");
+  if (hp.dim == 0 || hp.n_layers == 0 || hp.n_heads == 0 || hp.n_kv_heads == 0 || hp.ffn_dim == 0 ||
+      hp.vocab_size == 0 || hp.n_heads % hp.n_kv_heads != 0) {
+    return InvalidArgumentError(
+        name, ": hidden_size, num_hidden_layers, num_attention_heads, ",
+        "intermediate_size and vocab_size must be positive and the key/value "
+        "heads must divide the heads");
   }
   LOOM_ASSIGN_OR_RETURN(hp.head_dim, Int(c, "head_dim", name, hp.dim / hp.n_heads, false));
-  hp.tied_embeddings = c.value("tie_word_embeddings", false);
-  // Experts: Qwen-MoE and Mixtral spell them num_experts / num_local_experts, DeepSeek n_routed_experts.
+  if (auto it = c.find("tie_word_embeddings"); it != c.end() && !it->is_null()) {
+    if (!it->is_boolean())
+      return InvalidArgumentError(name, ": tie_word_embeddings must be true or false");
+    hp.tied_embeddings = it->get<bool>();
+  }
+  // Experts: Qwen-MoE and Mixtral spell them num_experts / num_local_experts, DeepSeek
+  // n_routed_experts.
   int64_t experts = 0;
   for (const char* key : {"num_experts", "num_local_experts", "n_routed_experts"}) {
     LOOM_ASSIGN_OR_RETURN(const int64_t n, Int(c, key, name, 0, false));
@@ -319,8 +337,9 @@ StatusOr<std::unique_ptr<model::ModelFile>> ShapeFromConfig(const std::string& t
   LOOM_ASSIGN_OR_RETURN(const int64_t v_dim, Int(c, "v_head_dim", name, 0, false));
   const bool mla = kv_lora > 0;
   if (mla && (nope == 0 || rope == 0 || v_dim == 0 || rope % 2 != 0)) {
-    return InvalidArgumentError(name, ": kv_lora_rank needs qk_nope_head_dim, qk_rope_head_dim "
-                                      "(even) and v_head_dim");
+    return InvalidArgumentError(name,
+                                ": kv_lora_rank needs qk_nope_head_dim, qk_rope_head_dim "
+                                "(even) and v_head_dim");
   }
   if (mla) {
     hp.arch = "deepseek2";  // llama.cpp's name for the DeepSeek-V2/V3 layout
@@ -391,7 +410,8 @@ StatusOr<std::unique_ptr<model::ModelFile>> ShapeFromConfig(const std::string& t
     }
   }
   m->metadata["general.architecture"] = hp.arch;
-  m->metadata["planner.source"] = "config.json, " + std::string(kernels::Traits(storage.matrix).name);
+  m->metadata["planner.source"] =
+      "config.json, " + std::string(kernels::Traits(storage.matrix).name);
   return m;
 }
 
@@ -407,7 +427,8 @@ StatusOr<std::unique_ptr<model::ModelFile>> OpenShapeOnly(const std::string& pat
     return ShapeFromConfig(Text(p.string()), p.string(), type);
   }
   if (!type.empty()) {
-    return InvalidArgumentError(path, ": --type sizes a config.json; a GGUF file has its own types");
+    return InvalidArgumentError(path,
+                                ": --type sizes a config.json; a GGUF file has its own types");
   }
   return ShapeFromGguf(path);
 }
