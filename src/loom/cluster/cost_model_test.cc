@@ -341,6 +341,7 @@ TEST(CostModelTest, ConfigErrorsAreClear) {
   expect_error(base + R"(, "quantization": {"bits": "4", "group_size": 64}})", "", "give --type");
   expect_error(base + R"(, "tie_word_embeddings": "yes"})", "", "true or false");
   expect_error(base + R"(, "num_experts": "8"})", "", "non-negative integer");
+  expect_error(base + R"(, "hidden_size": 4000000000000})", "", "above the planner's limit");
   EXPECT_TRUE(ShapeFromConfig(base + R"(, "model_type": 7})", "config.json", "").ok());
   auto dense = ShapeFromConfig(base + "}", "config.json", "q4_0");
   ASSERT_TRUE(dense.ok()) << dense.status().message();

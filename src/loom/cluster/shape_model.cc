@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
+#include <string_view>
 
 #include "loom/base/mapped_file.h"
 #include "loom/kernels/dtype.h"
@@ -111,9 +112,39 @@ StatusOr<int64_t> Int(const json& c, const char* key, const std::string& name, i
     if (required) return InvalidArgumentError(name, ": config has no \"", key, "\"");
     return fallback;
   }
-  if (!it->is_number_integer() || it->get<int64_t>() < 0 ||
-      it->get<int64_t>() > (int64_t{1} << 40)) {
+  if (!it->is_number_integer() || it->get<int64_t>() < 0) {
     return InvalidArgumentError(name, ": config \"", key, "\" must be a non-negative integer");
+  }
+  // Bounds far beyond real models that keep every byte count below 2^62 (1024 layers of 4096
+  // experts of 2^20 x 65536 values at most).
+  struct Limit {
+    std::string_view key;
+    int64_t max;
+  };
+  static constexpr Limit kLimits[] = {{"hidden_size", 65536},
+                                      {"num_hidden_layers", 1024},
+                                      {"num_attention_heads", 1024},
+                                      {"num_key_value_heads", 1024},
+                                      {"vocab_size", int64_t{1} << 22},
+                                      {"max_position_embeddings", int64_t{1} << 24},
+                                      {"num_experts", 4096},
+                                      {"num_local_experts", 4096},
+                                      {"n_routed_experts", 4096},
+                                      {"num_experts_per_tok", 4096},
+                                      {"n_shared_experts", 64},
+                                      {"head_dim", 4096},
+                                      {"qk_nope_head_dim", 4096},
+                                      {"qk_rope_head_dim", 4096},
+                                      {"v_head_dim", 4096},
+                                      {"kv_lora_rank", 65536},
+                                      {"q_lora_rank", 65536}};
+  int64_t max = int64_t{1} << 20;  // feed-forward widths, layer counts and steps
+  for (const Limit& l : kLimits) {
+    if (l.key == key) max = l.max;
+  }
+  if (it->get<int64_t>() > max) {
+    return InvalidArgumentError(name, ": config \"", key, "\" is ", it->get<int64_t>(),
+                                ", above the planner's limit of ", max);
   }
   return it->get<int64_t>();
 }
