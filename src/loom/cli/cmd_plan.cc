@@ -5,12 +5,15 @@
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "loom/base/sysinfo.h"
 #include "loom/cli/commands.h"
 #include "loom/cli/common.h"
 #include "loom/cluster/cost_model.h"
+#include "loom/cluster/profiles.h"
+#include "loom/cluster/shape_model.h"
 #include "loom/comm/config.h"
 
 namespace loom::cli {
@@ -28,12 +31,55 @@ struct PlanOptions {
   int64_t prompt_tokens = 512;
   int64_t chunk = 256;
   int64_t context = 0;
+  std::string machine;  // profile name or file; empty: measure this machine
+  std::string link;     // profile name or file; empty: --link-latency-us / --link-gbps
+  std::string type;     // storage type for a config.json model
   bool json = false;
 };
 
+// The model to plan for.  Measuring this machine needs the weights (OpenModel); with the speeds
+// given (a profile, or --decode-gbs and --prompt-gflops) shapes are enough: a GGUF header or a
+// config.json plans without the data (cluster::OpenShapeOnly).
+StatusOr<std::unique_ptr<model::ModelFile>> OpenForPlan(const PlanOptions& o, bool need_weights) {
+  if (!o.type.empty() && need_weights) {
+    return InvalidArgumentError(
+        "--type sizes a model from its config only; give --machine (or "
+        "--decode-gbs and --prompt-gflops) too");
+  }
+  if (o.type.empty()) {
+    auto file = model::OpenModel(o.model);
+    if (file.ok()) return file;
+    if (need_weights) {
+      return InvalidArgumentError(file.status().message(),
+                                  " (measuring this machine needs the weights; --machine NAME|FILE "
+                                  "plans from a GGUF header or a config.json)");
+    }
+    auto shape = cluster::OpenShapeOnly(o.model, "");
+    if (shape.ok()) return shape;
+    return InvalidArgumentError(shape.status().message(),
+                                " (opened as a model to run: ", file.status().message(), ")");
+  }
+  return cluster::OpenShapeOnly(o.model, o.type);
+}
+
 int Plan(const PlanOptions& o) {
-  auto file = model::OpenModel(o.model);
+  std::optional<cluster::MachineProfile> machine;
+  std::optional<cluster::LinkProfile> link;
+  if (!o.machine.empty()) {
+    auto p = cluster::LoadMachineProfile(o.machine);
+    if (!p.ok()) return Fail("plan", p.status());
+    machine = std::move(*p);
+  }
+  if (!o.link.empty()) {
+    auto p = cluster::LoadLinkProfile(o.link);
+    if (!p.ok()) return Fail("plan", p.status());
+    link = std::move(*p);
+  }
+  const bool measure = !machine && !(o.decode_gbs > 0 && o.prompt_gflops > 0);
+  auto file = OpenForPlan(o, measure);
   if (!file.ok()) return Fail("plan", file.status());
+  const model::ParameterCounts counts = model::CountParameters(**file);
+  const int64_t total_bytes = (*file)->total_tensor_bytes();
   cluster::CostInputs in;
   in.ranks = o.ranks;
   in.prompt_tokens = o.prompt_tokens;
@@ -41,7 +87,18 @@ int Plan(const PlanOptions& o) {
   in.context = o.context;
   in.link.latency_s = o.link_latency_us * 1e-6;
   in.link.bytes_per_s = o.link_gbps * 1e9 / 8;
-  if (o.decode_gbs > 0 && o.prompt_gflops > 0) {
+  if (link) in.link = link->Facts();
+  if (machine) {
+    // Published numbers, no measuring; one rank per machine unless --ranks-per-host shares it.
+    in.rank = machine->Facts();
+    in.rank.memory_bytes /= o.ranks_per_host;
+    if (o.ranks_per_host > 1) {
+      in.rank.decode_bytes_per_s_shared = in.rank.decode_bytes_per_s / o.ranks_per_host;
+    }
+    if (o.decode_gbs > 0)
+      in.rank.decode_bytes_per_s = in.rank.decode_bytes_per_s_shared = o.decode_gbs * 1e9;
+    if (o.prompt_gflops > 0) in.rank.prompt_flops = o.prompt_gflops * 1e9;
+  } else if (o.decode_gbs > 0 && o.prompt_gflops > 0) {
     in.rank.decode_bytes_per_s = o.decode_gbs * 1e9;
     in.rank.prompt_flops = o.prompt_gflops * 1e9;
   } else {
@@ -49,16 +106,19 @@ int Plan(const PlanOptions& o) {
     auto facts = cluster::Calibrate(**file, o.ranks_per_host);
     if (!facts.ok()) return Fail("plan", facts.status());
     in.rank = *facts;
-    if (o.decode_gbs > 0) in.rank.decode_bytes_per_s = in.rank.decode_bytes_per_s_shared = o.decode_gbs * 1e9;
+    if (o.decode_gbs > 0)
+      in.rank.decode_bytes_per_s = in.rank.decode_bytes_per_s_shared = o.decode_gbs * 1e9;
     if (o.prompt_gflops > 0) in.rank.prompt_flops = o.prompt_gflops * 1e9;
   }
   if (!o.rank_memory.empty()) {
     auto bytes = comm::ParseByteSize(o.rank_memory);
     if (!bytes.ok()) return Fail("plan", bytes.status());
     in.rank.memory_bytes = *bytes;
-  } else {
+  } else if (!machine) {
     in.rank.memory_bytes = base::ReadMemoryInfo().available_bytes / o.ranks_per_host;
   }
+  const double link_latency_us = in.link.latency_s * 1e6;
+  const double link_gbps = in.link.bytes_per_s * 8 / 1e9;
   const std::vector<cluster::Prediction> all = cluster::PredictAll(**file, in);
   const cluster::Prediction* best = cluster::PickBest(all);
 
@@ -66,7 +126,14 @@ int Plan(const PlanOptions& o) {
     nlohmann::json j;
     j["model"] = o.model;
     j["ranks"] = o.ranks;
-    j["link"] = {{"latency_us", o.link_latency_us}, {"gbps", o.link_gbps}};
+    j["link"] = {{"latency_us", link_latency_us}, {"gbps", link_gbps}};
+    if (link) j["link"]["profile"] = link->name;
+    if (machine) j["machine"] = machine->name;
+    j["format"] = (*file)->format;
+    j["total_bytes"] = total_bytes;
+    j["active_bytes_per_token"] = counts.active_bytes_per_token;
+    j["total_parameters"] = counts.total;
+    j["active_parameters"] = counts.active;
     j["rank"] = {{"memory_bytes", in.rank.memory_bytes},
                  {"decode_bytes_per_s", in.rank.decode_bytes_per_s},
                  {"decode_bytes_per_s_shared", in.rank.decode_bytes_per_s_shared},
@@ -88,17 +155,33 @@ int Plan(const PlanOptions& o) {
     std::printf("%s\n", j.dump().c_str());
     return best != nullptr ? 0 : 1;
   }
-  std::printf("model %s, up to %d ranks; link %.0f us one-way, %.1f Gbit/s\n", o.model.c_str(),
-              o.ranks, o.link_latency_us, o.link_gbps);
-  std::printf("per rank: decode %.1f GB/s (%.1f GB/s with %d on a host), prompt %.0f GFLOP/s, "
-              "memory %.1f GiB\n\n",
-              in.rank.decode_bytes_per_s / 1e9,
-              (in.rank.decode_bytes_per_s_shared > 0 ? in.rank.decode_bytes_per_s_shared
-                                                     : in.rank.decode_bytes_per_s) / 1e9,
-              o.ranks_per_host, in.rank.prompt_flops / 1e9,
-              static_cast<double>(in.rank.memory_bytes) / (1 << 30));
-  std::printf("%-10s %12s %12s %11s %11s  %s\n", "plan", "gen tok/s", "prompt tok/s",
-              "compute ms", "link ms", "layout");
+  std::printf("model %s, up to %d ranks; link %.0f us one-way, %.1f Gbit/s%s%s\n", o.model.c_str(),
+              o.ranks, link_latency_us, link_gbps, link ? " (profile " : "",
+              link ? (link->name + ")").c_str() : "");
+  std::printf(
+      "weights %.2f GiB in all (%.1fB parameters); a token reads %.2f GiB (%.1fB "
+      "active)%s\n",
+      static_cast<double>(total_bytes) / (1 << 30), static_cast<double>(counts.total) / 1e9,
+      static_cast<double>(counts.active_bytes_per_token) / (1 << 30),
+      static_cast<double>(counts.active) / 1e9,
+      (*file)->format == "config"        ? "; sized from config.json, no weights"
+      : (*file)->format == "gguf-header" ? "; from the GGUF header, no weights"
+                                         : "");
+  if (machine) {
+    std::printf("machine profile %s: %.0f GB/s x %.2f efficiency\n", machine->name.c_str(),
+                machine->memory_bytes_per_s / 1e9, machine->decode_efficiency);
+  }
+  std::printf(
+      "per rank: decode %.1f GB/s (%.1f GB/s with %d on a host), prompt %.0f GFLOP/s, "
+      "memory %.1f GiB\n\n",
+      in.rank.decode_bytes_per_s / 1e9,
+      (in.rank.decode_bytes_per_s_shared > 0 ? in.rank.decode_bytes_per_s_shared
+                                             : in.rank.decode_bytes_per_s) /
+          1e9,
+      o.ranks_per_host, in.rank.prompt_flops / 1e9,
+      static_cast<double>(in.rank.memory_bytes) / (1 << 30));
+  std::printf("%-10s %12s %12s %11s %11s  %s\n", "plan", "gen tok/s", "prompt tok/s", "compute ms",
+              "link ms", "layout");
   for (const auto& p : all) {
     const std::string name = "tp" + std::to_string(p.tp) + " pp" + std::to_string(p.pp);
     if (!p.feasible) {
@@ -119,7 +202,19 @@ void AddPlanCommand(CLI::App& app, Action* action) {
   auto o = std::make_shared<PlanOptions>();
   CLI::App* sub = app.add_subcommand(
       "plan", "Predict prompt and generation speed of every way to split a model over ranks");
-  sub->add_option("-m,--model", o->model, "Model file")->required();
+  sub->add_option("-m,--model", o->model,
+                  "Model file or directory; with --machine a GGUF header or a config.json is "
+                  "enough")
+      ->required();
+  sub->add_option("--machine", o->machine,
+                  "Machine profile (m3-ultra-512g, m4-max-128g, m4-pro-64g, or a JSON file) "
+                  "instead of measuring this machine");
+  sub->add_option("--link", o->link,
+                  "Link profile (tb5-rdma, tb4-tcp, 10gbe, or a JSON file) instead of "
+                  "--link-latency-us / --link-gbps");
+  sub->add_option("--type", o->type,
+                  "Storage type to size a config.json model for (f32, f16, bf16, q8_0, q4_0, "
+                  "mlx4, mlx8; default: its quantization, else bf16)");
   sub->add_option("--ranks", o->ranks, "Ranks available (plans use up to this many)")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));

@@ -19,6 +19,16 @@ double Transfer(const LinkFacts& link, double bytes) {
   return link.latency_s + (link.bytes_per_s > 0 ? bytes / link.bytes_per_s : 0.0);
 }
 
+// Layer of a "blk.N." tensor name, -1 otherwise.
+int64_t LayerOf(const std::string& name) {
+  if (name.rfind("blk.", 0) != 0) return -1;
+  int64_t l = 0;
+  size_t i = 4;
+  if (i >= name.size() || name[i] < '0' || name[i] > '9') return -1;
+  while (i < name.size() && name[i] >= '0' && name[i] <= '9') l = l * 10 + (name[i++] - '0');
+  return l;
+}
+
 int64_t TensorBytes(const model::ModelFile& file, const char* name) {
   auto it = file.tensors.find(name);
   return it == file.tensors.end() ? 0 : it->second.size_bytes;
@@ -35,7 +45,33 @@ double DecodeReadBytes(const model::ModelFile& file, const parallel::RankPlan& r
   if (r.shard.head && hp.tied_embeddings) {
     bytes += embd * static_cast<double>(r.shard.vocab_count) / static_cast<double>(hp.vocab_size);
   }
+  if (hp.is_moe()) {
+    // A token reads n_experts_used of each layer's n_experts experts (router, attention and shared
+    // experts whole): of the stacked expert tensors that share.
+    const double unused =
+        1.0 - static_cast<double>(hp.n_experts_used) / static_cast<double>(hp.n_experts);
+    for (const auto& [name, t] : file.tensors) {
+      if (name.find("_exps.") == std::string::npos) continue;
+      const int64_t layer = LayerOf(name);
+      if (layer < r.shard.layer_begin || layer >= r.shard.layer_end) continue;
+      bytes -= unused * static_cast<double>(t.size_bytes + 2 * t.scales_bytes);
+    }
+  }
   return std::max(0.0, bytes);
+}
+
+// Values per byte of the weights, for the FLOPs of prompt chunks.  Dense models: from the
+// hyperparameters (the Llama layout); mixtures of experts: from the tensors themselves.
+double ElemsPerByte(const model::ModelFile& file) {
+  const model::HParams& hp = file.hparams;
+  if (!hp.is_moe()) {
+    return static_cast<double>(hp.n_layers * (2 * hp.dim * hp.dim + 3 * hp.dim * hp.ffn_dim) +
+                               2 * hp.vocab_size * hp.dim) /
+           std::max<double>(1.0, static_cast<double>(file.total_tensor_bytes()));
+  }
+  double elems = 0;
+  for (const auto& [name, t] : file.tensors) elems += static_cast<double>(t.elements());
+  return elems / std::max<double>(1.0, static_cast<double>(file.total_tensor_bytes()));
 }
 
 // A barrier for the calibration's copies, met where a tensor-parallel rank all-reduces: spinning
@@ -105,10 +141,7 @@ Prediction Predict(const model::ModelFile& file, const CostInputs& in, int tp, i
   const double shared =
       in.rank.decode_bytes_per_s_shared > 0 ? in.rank.decode_bytes_per_s_shared : alone;
   const double hidden = static_cast<double>(hp.dim) * 4;
-  const double elems_per_byte =
-      static_cast<double>(hp.n_layers * (2 * hp.dim * hp.dim + 3 * hp.dim * hp.ffn_dim) +
-                          2 * hp.vocab_size * hp.dim) /
-      std::max<double>(1.0, static_cast<double>(file.total_tensor_bytes()));
+  const double elems_per_byte = ElemsPerByte(file);
   const int64_t chunk = std::min(in.chunk, in.prompt_tokens);
   const int64_t chunks = (in.prompt_tokens + chunk - 1) / chunk;
 

@@ -51,7 +51,8 @@ int64_t ShardWeightBytes(const model::ModelFile& file, const model::ShardSpec& s
   const double ffn_frac = static_cast<double>(ffn) / static_cast<double>(hp.ffn_dim);
   double bytes = 0;
   for (const auto& [name, t] : file.tensors) {
-    const double size = static_cast<double>(t.size_bytes);
+    // MLX types keep a scale and a bias per group beside the packed values.
+    const double size = static_cast<double>(t.size_bytes + 2 * t.scales_bytes);
     const int64_t layer = LayerOf(name);
     if (layer < 0) {
       const bool embed = name == "token_embd.weight";
