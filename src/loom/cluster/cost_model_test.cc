@@ -135,25 +135,26 @@ TEST(CostModelTest, PlansFromAGgufHeaderOnly) {
   }
 }
 
-// A DeepSeek-V3-shaped GGUF header ("deepseek2", key length 192 and value length 128, which the
-// runtime does not read yet): the planner takes the tensor table as it is.
-TEST(CostModelTest, PlansFromTheTensorTableOfAnArchitectureTheRuntimeDoesNotRead) {
+// A GGUF header of an architecture the runtime does not run ("glm4moe", with DeepSeek-style
+// latent-attention tensors and experts): the planner takes the tensor table as it is, and counts
+// a token's active expert bytes.  (Written for "deepseek2" before the runtime read it.)
+TEST(CostModelTest, PlansAHeaderOfAnArchitectureTheRuntimeDoesNotRun) {
   using kernels::DType;
   model::GgufWriter w;
-  w.AddString("general.architecture", "deepseek2");
-  w.AddU32("deepseek2.embedding_length", 256);
-  w.AddU32("deepseek2.block_count", 2);
-  w.AddU32("deepseek2.attention.head_count", 4);
-  w.AddU32("deepseek2.attention.head_count_kv", 4);
-  w.AddU32("deepseek2.attention.key_length", 192);
-  w.AddU32("deepseek2.attention.value_length", 128);
-  w.AddU32("deepseek2.attention.kv_lora_rank", 64);
-  w.AddU32("deepseek2.rope.dimension_count", 64);
-  w.AddU32("deepseek2.feed_forward_length", 512);
-  w.AddU32("deepseek2.expert_feed_forward_length", 128);
-  w.AddU32("deepseek2.expert_count", 16);
-  w.AddU32("deepseek2.expert_used_count", 4);
-  w.AddU32("deepseek2.context_length", 1024);
+  w.AddString("general.architecture", "glm4moe");
+  w.AddU32("glm4moe.embedding_length", 256);
+  w.AddU32("glm4moe.block_count", 2);
+  w.AddU32("glm4moe.attention.head_count", 4);
+  w.AddU32("glm4moe.attention.head_count_kv", 4);
+  w.AddU32("glm4moe.attention.key_length", 192);
+  w.AddU32("glm4moe.attention.value_length", 128);
+  w.AddU32("glm4moe.attention.kv_lora_rank", 64);
+  w.AddU32("glm4moe.rope.dimension_count", 64);
+  w.AddU32("glm4moe.feed_forward_length", 512);
+  w.AddU32("glm4moe.expert_feed_forward_length", 128);
+  w.AddU32("glm4moe.expert_count", 16);
+  w.AddU32("glm4moe.expert_used_count", 4);
+  w.AddU32("glm4moe.context_length", 1024);
   int64_t exps = 0;
   auto add = [&](const std::string& name, DType type, std::vector<int64_t> shape) {
     ASSERT_TRUE(w.AddTensor(name, type, shape).ok()) << name;
@@ -186,7 +187,7 @@ TEST(CostModelTest, PlansFromTheTensorTableOfAnArchitectureTheRuntimeDoesNotRead
   std::vector<std::byte> header;
   ASSERT_TRUE(w.BeginMemory(&header).ok());  // the header only: no tensor data follows
   const std::string path =
-      ::testing::TempDir() + "loom_deepseek2_" + std::to_string(::getpid()) + ".gguf";
+      ::testing::TempDir() + "loom_glm4moe_" + std::to_string(::getpid()) + ".gguf";
   {
     std::ofstream out(path, std::ios::binary);
     out.write(reinterpret_cast<const char*>(header.data()),
@@ -195,10 +196,9 @@ TEST(CostModelTest, PlansFromTheTensorTableOfAnArchitectureTheRuntimeDoesNotRead
   auto f = OpenShapeOnly(path, "");
   std::remove(path.c_str());
   ASSERT_TRUE(f.ok()) << f.status().message();
-  EXPECT_EQ((*f)->hparams.arch, "deepseek2");
+  EXPECT_EQ((*f)->hparams.arch, "glm4moe");
   EXPECT_TRUE((*f)->hparams.is_moe());
   EXPECT_EQ((*f)->hparams.vocab_size, 1000);
-  EXPECT_NE((*f)->metadata.at("planner.note").find("value_length"), std::string::npos);
   const auto all = PredictAll(**f, Inputs(2));
   const Prediction& one = Find(all, 1, 1);
   ASSERT_TRUE(one.feasible) << one.why_not;
