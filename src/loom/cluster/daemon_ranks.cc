@@ -77,6 +77,13 @@ void Daemon::Impl::OnLaunchRequest(const ControlSocket& client, const nlohmann::
   l.client = client;
   l.group_id = StrCat("loom-cluster-", comm::DigestHex(comm::Sha256Of(std::to_string(l.id)))
                                            .substr(0, 16));
+  for (const auto& a : request["args"]) {
+    if (!a.is_string()) return refuse("launch: args must be strings");
+    l.args.push_back(a.get<std::string>());
+  }
+  if (l.args.empty() || (l.args[0] != "run" && l.args[0] != "serve")) {
+    return refuse("launch: args must start with run or serve");
+  }
   for (const auto& m : request["members"]) {
     if (!m.is_string()) return refuse("launch: members must be member ids");
     auto id = ParseMemberId(m.get<std::string>());
@@ -93,13 +100,6 @@ void Daemon::Impl::OnLaunchRequest(const ControlSocket& client, const nlohmann::
   }
   if (l.members.size() < 2 || static_cast<int64_t>(l.members.size()) > kMaxListItems) {
     return refuse("launch: needs 2 to 63 members");
-  }
-  for (const auto& a : request["args"]) {
-    if (!a.is_string()) return refuse("launch: args must be strings");
-    l.args.push_back(a.get<std::string>());
-  }
-  if (l.args.empty() || (l.args[0] != "run" && l.args[0] != "serve")) {
-    return refuse("launch: args must start with run or serve");
   }
   const uint64_t port = request["port"].get<uint64_t>();
   if (port == 0 || port > 65535) return refuse("launch: bad port");

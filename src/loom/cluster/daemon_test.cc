@@ -170,6 +170,34 @@ TEST(ClusterDaemon, AMemberThatStopsHasLeft) {
   EXPECT_EQ(va["departed"][0]["id"], db->id());
 }
 
+TEST(ClusterDaemon, ALaunchRequestIsValidatedBeforeAnyMemberIsAsked) {
+  Loop loop;
+  DaemonOptions a;
+  a.secret = "s";
+  a.probe_links = false;
+  a.control_path = TempSocket("launch");
+  Daemon* da = loop.Start(a);
+  ASSERT_NE(da, nullptr);
+  const std::string self = da->id();
+  const std::string stranger(32, 'a');
+  struct Case {
+    std::vector<std::string> members, args;
+    std::string error;
+  };
+  const Case cases[] = {
+      {{self, stranger}, {"run", "-m", "m.gguf"}, "is not up"},
+      {{stranger, self}, {"run"}, "rank 0 must be this member"},
+      {{self}, {"run"}, "needs 2 to 63 members"},
+      {{self, stranger}, {"sh", "-c", "true"}, "must start with run or serve"},
+      {{self, "not-an-id"}, {"run"}, "bad member id"},
+  };
+  for (const Case& c : cases) {
+    auto r = RequestLaunch(a.control_path, c.members, c.args, 4000, 5);
+    ASSERT_FALSE(r.ok()) << c.error;
+    EXPECT_NE(r.status().message().find(c.error), std::string::npos) << r.status().message();
+  }
+}
+
 TEST(ClusterDaemon, ASecretIsRequiredAndPeersMustBeHostPort) {
   boost::asio::io_context io;
   DaemonOptions o;
