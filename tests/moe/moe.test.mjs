@@ -1,4 +1,5 @@
-// Mixture-of-experts models against llama.cpp: synthetic Mixtral-, Qwen3-MoE- and DeepSeek-V3-shaped
+// Mixture-of-experts models against llama.cpp: synthetic Mixtral-, Qwen2-MoE-, Qwen3-MoE- and
+// DeepSeek-V3-shaped
 // GGUF files and a dense Llama with YaRN RoPE scaling (written by `loom synth`, F32 and quantized)
 // run greedily by llama.cpp (the npm package
 // node-llama-cpp, its prebuilt CPU binary) and by `loom run --json`, one process and two pipeline
@@ -114,6 +115,11 @@ function compare(label, steps, tokens) {
 }
 
 const mixtral = ["--arch", "mixtral", "--experts", "8", "--experts-used", "2"];
+// Qwen2-MoE-shaped (synth.h): q/k/v biases, 16 experts, 4 chosen, softmax weights not
+// renormalised, one shared expert of 64 columns gated by sigmoid(ffn_gate_inp_shexp . x).  Of the
+// seeds without a near-tie in llama.cpp's first 16 steps, these are ones where a Loom without the
+// gate disagrees with llama.cpp (f32 at step 0, q8_0 at step 3; q8_0 seed 1 would not see it).
+const qwen2moe = ["--arch", "qwen2moe", "--experts", "16", "--experts-used", "4", "--expert-ffn", "32"];
 const qwen3moe = ["--arch", "qwen3moe", "--experts", "16", "--experts-used", "4", "--expert-ffn", "64"];
 // DeepSeek-V3-shaped (synth.h): latent attention with YaRN, a dense first layer, then 16 experts
 // in 2 groups (1 used), 4 chosen by sigmoid score plus bias, one shared expert.
@@ -122,6 +128,8 @@ const cases = [
   { name: "mixtral-f32", args: [...mixtral, "--type", "f32", "--seed", "3"] },
   { name: "mixtral-q8_0", args: [...mixtral, "--type", "q8_0", "--seed", "2"] },
   { name: "mixtral-q4_0", args: [...mixtral, "--type", "q4_0", "--seed", "2"] },
+  { name: "qwen2moe-f32", args: [...qwen2moe, "--type", "f32", "--seed", "1"] },
+  { name: "qwen2moe-q8_0", args: [...qwen2moe, "--type", "q8_0", "--seed", "5"] },
   { name: "qwen3moe-f32", args: [...qwen3moe, "--type", "f32", "--seed", "2"] },
   { name: "qwen3moe-q8_0", args: [...qwen3moe, "--type", "q8_0", "--seed", "2"] },
   { name: "qwen3moe-q4_0", args: [...qwen3moe, "--type", "q4_0", "--seed", "7"] },

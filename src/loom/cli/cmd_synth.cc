@@ -1,9 +1,9 @@
 // `loom synth --shape SHAPE --type TYPE -o FILE [--seed S] [--threads N]` writes a GGUF Llama model
 // with deterministic pseudo-random weights and a working tokenizer; `loom synth --list` prints the
-// shapes.  `--arch mixtral|qwen3moe|deepseek2 --experts E --experts-used K [--expert-ffn F]` makes
-// every layer a mixture of experts; `--peaked` scales the weights so the next-token distribution is
-// peaked (for comparisons with other implementations).  Big models show progress (percent, MB/s) on
-// stderr; the write is atomic.
+// shapes.  `--arch mixtral|qwen2moe|qwen3moe|deepseek2 --experts E --experts-used K [--expert-ffn
+// F]` makes every layer a mixture of experts; `--peaked` scales the weights so the next-token
+// distribution is peaked (for comparisons with other implementations).  Big models show progress
+// (percent, MB/s) on stderr; the write is atomic.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -48,6 +48,10 @@ int64_t ParameterCount(const model::SynthShape& s, const model::SynthOptions* ex
     }
     ffn = experts->n_experts * (3 * s.dim * f + s.dim);
     if (experts->arch == model::SynthArch::kQwen3Moe) extra = 2 * head_dim;
+    if (experts->arch == model::SynthArch::kQwen2Moe) {
+      // q/k/v biases; the shared expert (2 * f wide) and its gate.
+      extra = s.dim + 2 * kv + 3 * s.dim * 2 * f + s.dim;
+    }
   }
   const int64_t per_layer = 2 * s.dim + 2 * s.dim * s.dim + 2 * kv * s.dim + ffn + extra;
   return 2 * s.vocab_size * s.dim + s.dim + s.n_layers * per_layer;
@@ -64,9 +68,12 @@ void PrintShapes() {
                 static_cast<long long>(s.vocab_size), static_cast<long long>(s.context_length),
                 static_cast<double>(ParameterCount(s)) / 1e6);
   }
-  std::printf("types: f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k (norm vectors are always f32; k-quants need rows of whole 256-value blocks)\n");
   std::printf(
-      "archs: llama, mixtral, qwen3moe, deepseek2 (--experts, --experts-used, --expert-ffn; the "
+      "types: f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k (norm vectors are always f32; k-quants need "
+      "rows of whole 256-value blocks)\n");
+  std::printf(
+      "archs: llama, mixtral, qwen2moe, qwen3moe, deepseek2 (--experts, --experts-used, "
+      "--expert-ffn; the "
       "params above are dense)\n");
 }
 
@@ -140,19 +147,23 @@ void AddSynthCommand(CLI::App& app, Action* action) {
   auto options = std::make_shared<SynthCliOptions>();
   sub->add_option("--shape", options->shape, "tiny | tinyllama-1.1b | llama2-7b (see --list)")
       ->capture_default_str();
-  sub->add_option("--type", options->type, "weight type: f32 | f16 | bf16 | q8_0 | q4_0 | q4_k | q5_k | q6_k")
+  sub->add_option("--type", options->type,
+                  "weight type: f32 | f16 | bf16 | q8_0 | q4_0 | q4_k | q5_k | q6_k")
       ->capture_default_str();
   sub->add_option("-o,--output", options->out, "the GGUF file to write");
-  sub->add_option("--arch", options->arch,
-                  "llama | mixtral | qwen3moe | deepseek2 (all but llama: layers of experts)")
+  sub->add_option(
+         "--arch", options->arch,
+         "llama | mixtral | qwen2moe | qwen3moe | deepseek2 (all but llama: layers of experts)")
       ->capture_default_str();
-  sub->add_option("--experts", options->experts, "experts per layer (mixtral, qwen3moe, deepseek2)")
+  sub->add_option("--experts", options->experts,
+                  "experts per layer (mixtral, qwen2moe, qwen3moe, deepseek2)")
       ->capture_default_str();
   sub->add_option("--experts-used", options->experts_used, "experts each token runs (top-k)")
       ->capture_default_str();
-  sub->add_option("--expert-ffn", options->expert_ffn,
-                  "qwen3moe, deepseek2: each expert's feed-forward width (0: the shape's ffn / "
-                  "experts-used)")
+  sub->add_option(
+         "--expert-ffn", options->expert_ffn,
+         "qwen2moe, qwen3moe, deepseek2: each expert's feed-forward width (0: the shape's ffn / "
+         "experts-used)")
       ->capture_default_str();
   sub->add_option("--yarn", options->yarn,
                   "YaRN RoPE scaling by this factor over a quarter of the context (0: none)")

@@ -15,6 +15,7 @@ constexpr std::array kArchs = {
     ArchInfo{"mistral", &BindLlama},  // same tensors; a sliding window caps the context at load
     ArchInfo{"qwen2", &BindQwen2},
     ArchInfo{"qwen3", &BindQwen3},
+    ArchInfo{"qwen2moe", &BindQwen2Moe},
     ArchInfo{"qwen3moe", &BindQwen3Moe},
     ArchInfo{"deepseek2", &BindDeepseek2},
 };

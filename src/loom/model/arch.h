@@ -51,6 +51,7 @@ Status BindLlama(const ModelFile& file, TransformerWeights* weights);      // ar
 Status BindQwen2(const ModelFile& file, TransformerWeights* weights);      // arch_qwen2.cc
 Status BindQwen3(const ModelFile& file, TransformerWeights* weights);      // arch_qwen3.cc
 Status BindMixtral(const ModelFile& file, TransformerWeights* weights);    // arch_mixtral.cc
+Status BindQwen2Moe(const ModelFile& file, TransformerWeights* weights);   // arch_qwen2moe.cc
 Status BindQwen3Moe(const ModelFile& file, TransformerWeights* weights);   // arch_qwen3moe.cc
 Status BindDeepseek2(const ModelFile& file, TransformerWeights* weights);  // arch_deepseek2.cc
 

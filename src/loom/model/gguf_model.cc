@@ -127,6 +127,30 @@ Status ReadMla(const Keys& k, const std::string& name, int64_t value_length, int
   return OkStatus();
 }
 
+// Qwen2-MoE as llama.cpp reads it: experts of expert_feed_forward_length (else feed_forward_length
+// / expert_used_count), one shared expert of expert_shared_feed_forward_length (else
+// feed_forward_length), softmax weights of the top k as they are (not renormalised), times
+// expert_weights_scale when given.
+Status ReadQwen2MoeExperts(const Keys& k, const std::string& name, HParams* hp) {
+  const std::string p = hp->arch + ".";
+  if (!k.Has(p + "expert_feed_forward_length") && hp->n_experts_used > 0) {
+    hp->expert_ffn_dim = hp->ffn_dim / hp->n_experts_used;
+  }
+  hp->n_shared_experts = 1;
+  LOOM_ASSIGN_OR_RETURN(hp->shared_ffn_dim,
+                        k.Int(p + "expert_shared_feed_forward_length", hp->ffn_dim));
+  hp->expert_weights_norm = false;
+  LOOM_ASSIGN_OR_RETURN(const double scale, k.Float(p + "expert_weights_scale", 0.0));
+  hp->expert_weights_scale = scale == 0.0 ? 1.0f : static_cast<float>(scale);
+  if (hp->shared_ffn_dim <= 0 || hp->shared_ffn_dim > (int64_t{1} << 20) ||
+      !(std::isfinite(hp->expert_weights_scale) && hp->expert_weights_scale > 0.0f)) {
+    return InvalidArgumentError(name, ": ", p, "expert_shared_feed_forward_length ",
+                                hp->shared_ffn_dim, " or expert_weights_scale ",
+                                hp->expert_weights_scale, " is out of range");
+  }
+  return OkStatus();
+}
+
 // Routing keys of the mixtures of experts llama.cpp reads for deepseek2 (and the group keys for
 // any architecture).
 Status ReadRouting(const Keys& k, const std::string& name, HParams* hp) {
@@ -144,6 +168,7 @@ Status ReadRouting(const Keys& k, const std::string& name, HParams* hp) {
                                 " do not fit ", hp->n_experts, " experts of which ",
                                 hp->n_experts_used, " are used");
   }
+  if (hp->arch == "qwen2moe") return ReadQwen2MoeExperts(k, name, hp);
   if (hp->arch != "deepseek2") return OkStatus();
   LOOM_ASSIGN_OR_RETURN(hp->n_dense_layers, k.Int(p + "leading_dense_block_count", int64_t{0}));
   LOOM_ASSIGN_OR_RETURN(hp->n_shared_experts, k.Int(p + "expert_shared_count", std::nullopt));

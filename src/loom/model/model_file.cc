@@ -30,7 +30,7 @@ constexpr int64_t kMaxExperts = int64_t{1} << 12;
 bool HasLlamaLayout(const ModelFile& m) {
   const std::string& a = m.hparams.arch;
   return m.format == "llama2c" || a == "llama" || a == "mistral" || a == "qwen2" || a == "qwen3" ||
-         a == "qwen3moe";
+         a == "qwen2moe" || a == "qwen3moe";
 }
 
 // How the file spells a hyperparameter, for error messages.
@@ -118,8 +118,8 @@ Status CheckHParams(const ModelFile& m) {
     return InvalidArgumentError(m.path, ": ", KeyName(m, "n_experts_used"), " is ",
                                 hp.n_experts_used, " but the model has no experts (",
                                 KeyName(m, "n_experts"), " missing or 0)");
-  } else if (hp.arch == "qwen3moe") {
-    return InvalidArgumentError(m.path, ": a qwen3moe model needs ", KeyName(m, "n_experts"),
+  } else if (hp.arch == "qwen3moe" || hp.arch == "qwen2moe") {
+    return InvalidArgumentError(m.path, ": a ", hp.arch, " model needs ", KeyName(m, "n_experts"),
                                 " and ", KeyName(m, "n_experts_used"));
   }
   return OkStatus();

@@ -87,8 +87,11 @@ struct HParams {
   float expert_weights_scale = 1.0f;
   int64_t n_expert_groups = 1;
   int64_t n_expert_groups_used = 1;
-  int64_t n_shared_experts = 0;  // always-on experts (one SwiGLU of n_shared * expert_ffn_dim)
-  int64_t n_dense_layers = 0;    // leading layers whose feed-forward block is dense (ffn_dim)
+  int64_t n_shared_experts = 0;  // always-on experts (one SwiGLU of shared_ffn() columns)
+  // The shared experts' total width when it is not n_shared_experts * expert_ffn_dim (Qwen2-MoE's
+  // expert_shared_feed_forward_length); 0: that product.
+  int64_t shared_ffn_dim = 0;
+  int64_t n_dense_layers = 0;  // leading layers whose feed-forward block is dense (ffn_dim)
   // Multi-head latent attention (DeepSeek-V2/V3, mla.h), when kv_lora_rank > 0: queries from a
   // rank-q_lora_rank bottleneck (0: attn_q directly), keys and values from a shared latent of
   // kv_lora_rank values; head_dim = the key head (no-rope part + rope_dim), v_head_dim the value
@@ -98,6 +101,9 @@ struct HParams {
   int64_t rope_dim = 0;
   int64_t v_head_dim = 0;
   bool is_moe() const { return n_experts > 0; }
+  int64_t shared_ffn() const {
+    return shared_ffn_dim > 0 ? shared_ffn_dim : n_shared_experts * expert_ffn_dim;
+  }
   bool is_mla() const { return kv_lora_rank > 0; }
   bool is_moe_layer(int64_t layer) const { return is_moe() && layer >= n_dense_layers; }
   // Values the KV cache holds per token and layer: the latent and the rope key (MLA), else a key

@@ -99,6 +99,17 @@ void RouteTopK(const float* logits, int64_t n_experts, int64_t top_k, float* pro
   Route(r, logits, probs, probs, experts, weights);
 }
 
+void ScaleBySharedGate(const float* gate_inp, const float* x, int64_t n, int64_t dim, float* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float* xi = x + i * dim;
+    float dot = 0.0f;
+    for (int64_t d = 0; d < dim; ++d) dot += gate_inp[d] * xi[d];
+    const float g = 1.0f / (1.0f + std::exp(-dot));
+    float* oi = out + i * dim;
+    for (int64_t d = 0; d < dim; ++d) oi[d] *= g;
+  }
+}
+
 void MoeScratch::Allocate(const HParams& hp, int64_t max_batch) {
   const int64_t kk = hp.n_experts_used;
   const int64_t m = max_batch * kk;
@@ -113,7 +124,7 @@ void MoeScratch::Allocate(const HParams& hp, int64_t max_batch) {
   up = base::AlignedBuffer<float>(m * hp.expert_ffn_dim);
   yg = base::AlignedBuffer<float>(m * hp.dim);
   if (hp.n_shared_experts > 0) {
-    const int64_t sf = hp.n_shared_experts * hp.expert_ffn_dim;
+    const int64_t sf = hp.shared_ffn();
     sh_gate = base::AlignedBuffer<float>(max_batch * sf);
     sh_up = base::AlignedBuffer<float>(max_batch * sf);
     sh_out = base::AlignedBuffer<float>(max_batch * hp.dim);
@@ -130,7 +141,7 @@ void MoeForward(const HParams& hp, const LayerWeights& L, const float* x, int64_
   // The shared experts first: y may be x.
   const bool shared = L.shexp_gate.data != nullptr;
   if (shared) {
-    const int64_t sf = hp.n_shared_experts * ffn;
+    const int64_t sf = hp.shared_ffn();
     if (L.shexp_gate.type == L.shexp_up.type) {
       const k::MatrixView ws2[] = {L.shexp_gate, L.shexp_up};
       float* const ys[] = {s.sh_gate.data(), s.sh_up.data()};
@@ -141,6 +152,8 @@ void MoeForward(const HParams& hp, const LayerWeights& L, const float* x, int64_
     }
     k::SwiGlu(s.sh_gate.data(), s.sh_up.data(), n * sf, s.sh_gate.data());
     k::MatMul(L.shexp_down, s.sh_gate.data(), n, s.sh_out.data(), ws, pool);
+    if (L.shexp_gate_inp != nullptr)
+      ScaleBySharedGate(L.shexp_gate_inp, x, n, dim, s.sh_out.data());
   }
 
   // Route every token.

@@ -1,7 +1,8 @@
-// The mixture-of-experts feed-forward block (Mixtral, Qwen3-MoE, DeepSeek-V3): a router picks, for
-// each token, k experts (Routing below: softmax or sigmoid, DeepSeek-V3's choice bias and
-// group-limited choice); the token's output is the sum of those experts' SwiGLU outputs weighted
-// by their (renormalised, scaled) probabilities, plus the shared experts' output if any.
+// The mixture-of-experts feed-forward block (Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V3): a router
+// picks, for each token, k experts (Routing below: softmax or sigmoid, DeepSeek-V3's choice bias
+// and group-limited choice); the token's output is the sum of those experts' SwiGLU outputs
+// weighted by their (renormalised, scaled) probabilities, plus the shared experts' output if any
+// (scaled by a per-token sigmoid gate in Qwen2-MoE).
 //
 // Only the chosen experts are computed, each on views of its slice of the stacked 3-D tensors (in
 // place, quantized or not, with the ordinary matrix kernels).  A batch is grouped by expert: every
@@ -51,6 +52,9 @@ void Route(const Routing& r, const float* logits, float* probs, float* select, i
 void RouteTopK(const float* logits, int64_t n_experts, int64_t k, float* probs, int32_t* experts,
                float* weights);
 
+// Qwen2-MoE's shared-expert gate: out(n, dim) row i times sigmoid(gate_inp(dim) . x row i).
+void ScaleBySharedGate(const float* gate_inp, const float* x, int64_t n, int64_t dim, float* out);
+
 // Scratch of the block, allocated once for batches of up to max_batch tokens (m = max_batch * k
 // rows of expert work).
 struct MoeScratch {
@@ -67,14 +71,15 @@ struct MoeScratch {
   base::AlignedBuffer<float> gate;    // (m, expert_ffn_dim) gate, then silu(gate) * up
   base::AlignedBuffer<float> up;      // (m, expert_ffn_dim)
   base::AlignedBuffer<float> yg;      // (m, dim) each expert's output, grouped
-  // Shared experts (hp.n_shared_experts > 0), s = n_shared_experts * expert_ffn_dim.
+  // Shared experts (hp.n_shared_experts > 0), s = hp.shared_ffn().
   base::AlignedBuffer<float> sh_gate;  // (max_batch, s) gate, then silu(gate) * up
   base::AlignedBuffer<float> sh_up;    // (max_batch, s)
   base::AlignedBuffer<float> sh_out;   // (max_batch, dim)
 };
 
 // y(n, dim) = layer L's mixture of experts applied to each row of x(n, dim), plus its shared
-// experts' output when it has them; n <= the scratch's max_batch.  y may be x (x is read only
+// experts' output when it has them (times sigmoid(L.shexp_gate_inp . x) when the layer has that
+// gate, as Qwen2-MoE); n <= the scratch's max_batch.  y may be x (x is read only
 // before y is written).
 void MoeForward(const HParams& hp, const LayerWeights& L, const float* x, int64_t n, float* y,
                 MoeScratch& s, kernels::Workspace& ws, base::ThreadPool& pool);

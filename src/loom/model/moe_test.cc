@@ -112,7 +112,7 @@ std::vector<std::pair<int64_t, float>> NaiveRoute(const HParams& hp, const float
 }
 
 // The reference: each token alone, its experts one by one with the scalar kernels, routed by
-// NaiveRoute, plus the shared experts when the layer has them.
+// NaiveRoute, plus the shared experts when the layer has them (times their gate when it has one).
 std::vector<float> NaiveMoe(const HParams& hp, const LayerWeights& L, const std::vector<float>& x,
                             int64_t n) {
   const int64_t dim = hp.dim, f = hp.expert_ffn_dim;
@@ -136,7 +136,14 @@ std::vector<float> NaiveMoe(const HParams& hp, const LayerWeights& L, const std:
              L.exp_down.RowRange(e * dim, dim), xi, w, y.data() + i * dim);
     }
     if (L.shexp_gate.data != nullptr) {
-      swiglu(L.shexp_gate, L.shexp_up, L.shexp_down, xi, 1.0f, y.data() + i * dim);
+      // Qwen2-MoE's gate: sigmoid of a dot product, in double.
+      double g = 1.0;
+      if (L.shexp_gate_inp != nullptr) {
+        double dot = 0.0;
+        for (int64_t d = 0; d < dim; ++d) dot += static_cast<double>(L.shexp_gate_inp[d]) * xi[d];
+        g = 1.0 / (1.0 + std::exp(-dot));
+      }
+      swiglu(L.shexp_gate, L.shexp_up, L.shexp_down, xi, static_cast<float>(g), y.data() + i * dim);
     }
   }
   return y;
@@ -448,6 +455,8 @@ TEST_P(MoeModelTest, PromptBatchTokenByTokenAndPipelineStagesAgree) {
 INSTANTIATE_TEST_SUITE_P(Archs, MoeModelTest,
                          ::testing::Values(std::pair{SynthArch::kMixtral, k::DType::kF32},
                                            std::pair{SynthArch::kMixtral, k::DType::kQ8_0},
+                                           std::pair{SynthArch::kQwen2Moe, k::DType::kF32},
+                                           std::pair{SynthArch::kQwen2Moe, k::DType::kQ8_0},
                                            std::pair{SynthArch::kQwen3Moe, k::DType::kF32},
                                            std::pair{SynthArch::kQwen3Moe, k::DType::kQ4_0},
                                            std::pair{SynthArch::kDeepseek2, k::DType::kF32},
@@ -455,6 +464,7 @@ INSTANTIATE_TEST_SUITE_P(Archs, MoeModelTest,
                          [](const auto& info) {
                            const SynthArch a = info.param.first;
                            return std::string(a == SynthArch::kMixtral    ? "mixtral_"
+                                              : a == SynthArch::kQwen2Moe ? "qwen2moe_"
                                               : a == SynthArch::kQwen3Moe ? "qwen3moe_"
                                                                           : "deepseek2_") +
                                   std::string(k::Traits(info.param.second).name);
@@ -615,6 +625,60 @@ TEST(MoeModelTest, BadDeepseekMetadataAndTensorsAreClearErrors) {
                    "and 'blk.2.attn_v_b.weight')"),
             std::string::npos)
       << e;
+}
+
+// Qwen2-MoE's block: softmax weights of the top k not renormalised, and a shared expert of its
+// own width (not n_shared * expert_ffn_dim) scaled per token by sigmoid(gate_inp . x), against the
+// reference; the gate must matter (the output differs from the ungated one).
+TEST(MoeBlockTest, Qwen2MoeGatedSharedExpertMatchesTheReference) {
+  const int64_t dim = 64, f = 32, sf = 96, n_experts = 8, used = 2;
+  for (k::DType type : {k::DType::kF32, k::DType::kQ8_0}) {
+    for (int64_t n : {int64_t{1}, int64_t{5}, int64_t{13}}) {
+      SCOPED_TRACE(std::to_string(n) + " tokens, " + std::string(k::Traits(type).name));
+      TestLayer t(type, dim, f, n_experts, used, std::vector<float>(n_experts, 0.0f));
+      t.hp.expert_weights_norm = false;
+      t.hp.n_shared_experts = 1;
+      t.hp.shared_ffn_dim = sf;
+      ASSERT_EQ(t.hp.shared_ffn(), sf);
+      const OwnedMatrix sg = Quantized(type, Values(7, sf * dim, 0.3f), sf, dim);
+      const OwnedMatrix su = Quantized(type, Values(8, sf * dim, 0.3f), sf, dim);
+      const OwnedMatrix sd = Quantized(type, Values(9, dim * sf, 0.3f), dim, sf);
+      // Logits of a few units: gates spread over (0, 1).
+      const std::vector<float> gate_inp = Values(10, dim, 0.6f);
+      t.L.shexp_gate = sg.view;
+      t.L.shexp_up = su.view;
+      t.L.shexp_down = sd.view;
+      const std::vector<float> x = Inputs(n, dim);
+      LayerWeights ungated = t.L;
+      const std::vector<float> plain = NaiveMoe(t.hp, ungated, x, n);
+      t.L.shexp_gate_inp = gate_inp.data();
+      const std::vector<float> want = NaiveMoe(t.hp, t.L, x, n);
+      double scale = 0, gate_effect = 0;
+      for (size_t i = 0; i < want.size(); ++i) {
+        scale = std::max(scale, static_cast<double>(std::abs(want[i])));
+        gate_effect = std::max(gate_effect, static_cast<double>(std::abs(want[i] - plain[i])));
+      }
+      ASSERT_GT(scale, 0.0);
+      ASSERT_GT(gate_effect, 0.05 * scale);
+      for (int threads : {1, 3}) {
+        base::ThreadPool pool(threads);
+        k::Workspace ws;
+        MoeScratch s;
+        s.Allocate(t.hp, 16);
+        std::vector<float> y = x;  // in place, as the transformer calls it
+        MoeForward(t.hp, t.L, y.data(), n, y.data(), s, ws, pool);
+        for (size_t i = 0; i < y.size(); ++i) {
+          ASSERT_NEAR(y[i], want[i], 1e-4 * scale) << "element " << i << ", threads " << threads;
+        }
+        // Not renormalised: the k weights are softmax probabilities summing below one.
+        for (int64_t i = 0; i < n; ++i) {
+          float sum = 0;
+          for (int64_t j = 0; j < used; ++j) sum += s.weight[i * used + j];
+          EXPECT_LT(sum, 0.999f) << "token " << i;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

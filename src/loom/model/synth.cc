@@ -103,6 +103,9 @@ int64_t ExpertFfn(const SynthOptions& o) {
   return o.expert_ffn_dim > 0 ? o.expert_ffn_dim : o.shape.ffn_dim / o.n_experts_used;
 }
 
+// Qwen2-MoE's shared expert: twice an expert's width (a width of its own, as the real models have).
+int64_t SharedFfn(const SynthOptions& o) { return 2 * ExpertFfn(o); }
+
 std::vector<PlannedTensor> PlanTensors(const SynthOptions& o) {
   const SynthShape& s = o.shape;
   const DType type = o.type;
@@ -169,6 +172,14 @@ std::vector<PlannedTensor> PlanTensors(const SynthOptions& o) {
     t.push_back({p + "attn_k.weight", type, {kv_dim, s.dim}, false, unit});
     t.push_back({p + "attn_v.weight", type, {kv_dim, s.dim}, false, unit});
     t.push_back({p + "attn_output.weight", type, {s.dim, q_dim}, false, unit});
+    if (o.arch == SynthArch::kQwen2Moe) {
+      // Biases of about the projections' own size when peaked.
+      for (const auto& [name, n] :
+           {std::pair{"attn_q.bias", q_dim}, std::pair{"attn_k.bias", kv_dim},
+            std::pair{"attn_v.bias", kv_dim}}) {
+        t.push_back({p + name, DType::kF32, {n}, false, unit * std::sqrt(static_cast<float>(n))});
+      }
+    }
     if (o.arch == SynthArch::kQwen3Moe) {
       t.push_back({p + "attn_q_norm.weight", DType::kF32, {head_dim}, true});
       t.push_back({p + "attn_k_norm.weight", DType::kF32, {head_dim}, true});
@@ -180,6 +191,14 @@ std::vector<PlannedTensor> PlanTensors(const SynthOptions& o) {
       t.push_back({p + "ffn_gate_exps.weight", type, {e, f, s.dim}, false, unit});
       t.push_back({p + "ffn_up_exps.weight", type, {e, f, s.dim}, false, unit});
       t.push_back({p + "ffn_down_exps.weight", type, {e, s.dim, f}, false, unit});
+      if (o.arch == SynthArch::kQwen2Moe) {
+        // The gate's logit has a standard deviation of about the router's gain when peaked.
+        const int64_t sf = SharedFfn(o);
+        t.push_back({p + "ffn_gate_inp_shexp.weight", DType::kF32, {s.dim}, false, router});
+        t.push_back({p + "ffn_gate_shexp.weight", type, {sf, s.dim}, false, unit});
+        t.push_back({p + "ffn_up_shexp.weight", type, {sf, s.dim}, false, unit});
+        t.push_back({p + "ffn_down_shexp.weight", type, {s.dim, sf}, false, unit});
+      }
       continue;
     }
     t.push_back({p + "ffn_gate.weight", type, {s.ffn_dim, s.dim}, false, unit});
@@ -192,7 +211,8 @@ std::vector<PlannedTensor> PlanTensors(const SynthOptions& o) {
 Status AddMetadata(const SynthOptions& o, GgufWriter& w) {
   const SynthShape& s = o.shape;
   LOOM_ASSIGN_OR_RETURN(TokenizerSpec vocab, SynthVocab(s.vocab_size));
-  const std::string arch = o.arch == SynthArch::kQwen3Moe    ? "qwen3moe"
+  const std::string arch = o.arch == SynthArch::kQwen2Moe    ? "qwen2moe"
+                           : o.arch == SynthArch::kQwen3Moe  ? "qwen3moe"
                            : o.arch == SynthArch::kDeepseek2 ? "deepseek2"
                                                              : "llama";
   const std::string a = arch + ".";
@@ -253,6 +273,10 @@ Status AddMetadata(const SynthOptions& o, GgufWriter& w) {
       w.AddU32(a + "rope.scaling.original_context_length",
                static_cast<uint32_t>(s.context_length / 4));
       w.AddF32(a + "rope.scaling.yarn_log_multiplier", 0.1f);  // DeepSeek-V3's 0.1 * mscale_all_dim
+    }
+    if (o.arch == SynthArch::kQwen2Moe) {
+      w.AddU32(a + "expert_feed_forward_length", static_cast<uint32_t>(ExpertFfn(o)));
+      w.AddU32(a + "expert_shared_feed_forward_length", static_cast<uint32_t>(SharedFfn(o)));
     }
     if (o.arch == SynthArch::kQwen3Moe) {
       w.AddU32(a + "attention.key_length", static_cast<uint32_t>(s.dim / s.n_heads));
@@ -394,10 +418,11 @@ const SynthShape* FindSynthShape(std::string_view name) {
 StatusOr<SynthArch> ParseSynthArch(std::string_view text) {
   if (text == "llama") return SynthArch::kLlama;
   if (text == "mixtral") return SynthArch::kMixtral;
+  if (text == "qwen2moe") return SynthArch::kQwen2Moe;
   if (text == "qwen3moe") return SynthArch::kQwen3Moe;
   if (text == "deepseek2") return SynthArch::kDeepseek2;
   return InvalidArgumentError("unknown synthetic architecture '", text,
-                              "' (expected llama, mixtral, qwen3moe or deepseek2)");
+                              "' (expected llama, mixtral, qwen2moe, qwen3moe or deepseek2)");
 }
 
 StatusOr<DType> ParseDType(std::string_view text) {

@@ -40,6 +40,9 @@ const SynthShape* FindSynthShape(std::string_view name);
 //   kLlama     dense Llama ("llama")
 //   kMixtral   Mixtral as llama.cpp writes it: "llama" with llama.expert_count, experts of the
 //              shape's ffn_dim
+//   kQwen2Moe  "qwen2moe": Qwen2 attention (q/k/v biases), experts of expert_ffn_dim columns whose
+//              top-k softmax weights are not renormalised, and one shared expert of 2 *
+//              expert_ffn_dim columns gated by sigmoid(ffn_gate_inp_shexp . x)
 //   kQwen3Moe  "qwen3moe": Qwen3 attention (q/k norms) and experts of expert_ffn_dim columns
 //   kDeepseek2 "deepseek2", DeepSeek-V3-shaped (the older attn_kv_b layout): latent attention with
 //              q_lora_rank = kv_lora_rank = dim / 2, key heads of 2h + h (no-rope + rope part) and
@@ -48,9 +51,9 @@ const SynthShape* FindSynthShape(std::string_view name);
 //              of expert_ffn_dim columns with one shared expert, sigmoid routing with a choice bias
 //              (exp_probs_b), 2 expert groups of which 1 is used, weights renormalised and scaled
 //              by 2.5
-enum class SynthArch : uint8_t { kLlama, kMixtral, kQwen3Moe, kDeepseek2 };
+enum class SynthArch : uint8_t { kLlama, kMixtral, kQwen2Moe, kQwen3Moe, kDeepseek2 };
 
-// Parses "llama", "mixtral", "qwen3moe", "deepseek2".
+// Parses "llama", "mixtral", "qwen2moe", "qwen3moe", "deepseek2".
 StatusOr<SynthArch> ParseSynthArch(std::string_view text);
 
 struct SynthOptions {
@@ -59,7 +62,8 @@ struct SynthOptions {
   SynthArch arch = SynthArch::kLlama;
   int64_t n_experts = 8;  // mixtures of experts only
   int64_t n_experts_used = 2;
-  int64_t expert_ffn_dim = 0;  // qwen3moe; 0: the shape's ffn_dim / n_experts_used
+  int64_t expert_ffn_dim =
+      0;  // qwen2moe, qwen3moe, deepseek2; 0: the shape's ffn_dim / n_experts_used
   // Weights scaled for comparisons with other implementations: matrices of standard deviation
   // kPeakedGain / sqrt(cols) (attention and experts then move the residual stream about as much as
   // the embedding, so the routing and every expert decide the tokens, while

@@ -87,12 +87,14 @@ struct LayerWeights {
   kernels::MatrixView exp_up;    // (n_experts * expert_ffn_dim, dim)
   kernels::MatrixView exp_down;  // (n_experts * dim, expert_ffn_dim)
   // DeepSeek-V3's additions: the choice bias (exp_probs_b) and the shared experts, one SwiGLU of
-  // s = n_shared_experts * expert_ffn_dim columns; empty / null when absent.  Leading dense layers
-  // (hp.n_dense_layers) have w_gate / w_up / w_down and no router.
-  const float* expert_bias = nullptr;  // (n_experts)
-  kernels::MatrixView shexp_gate;      // (s, dim)
-  kernels::MatrixView shexp_up;        // (s, dim)
-  kernels::MatrixView shexp_down;      // (dim, s)
+  // s = hp.shared_ffn() columns; empty / null when absent.  Leading dense layers
+  // (hp.n_dense_layers) have w_gate / w_up / w_down and no router.  Qwen2-MoE's shared expert is
+  // gated: its output times sigmoid(shexp_gate_inp . x) (ffn_gate_inp_shexp), when not null.
+  const float* expert_bias = nullptr;     // (n_experts)
+  kernels::MatrixView shexp_gate;         // (s, dim)
+  kernels::MatrixView shexp_up;           // (s, dim)
+  kernels::MatrixView shexp_down;         // (dim, s)
+  const float* shexp_gate_inp = nullptr;  // (dim)
   // Multi-head latent attention (hp.is_mla(), mla.h; then wk and wv are empty and wq is attn_q
   // or empty).  nope = head_dim - rope_dim, rank = kv_lora_rank.
   kernels::MatrixView wq_a;          // (q_lora_rank, dim) or empty
