@@ -42,6 +42,26 @@ std::vector<nlohmann::json> MembersInRankOrder(const nlohmann::json& view);
 StatusOr<nlohmann::json> PlanFor(const std::string& model, const nlohmann::json& view,
                                  const PlanSpeeds& speeds, bool quiet);
 
+// The daemon's view once every member's links are measured (waiting up to wait_s for the daemon,
+// then for its probes).
+StatusOr<nlohmann::json> WaitForSettledView(const std::string& control_path, double wait_s);
+
+// Which split a pod gets and which members hold its ranks: `tp` x `pp` as given (0 for both:
+// the cost model's pick; a split given in part is completed with 1, as `loom run` does), the
+// members in rank order (MembersInRankOrder, or the pick's).
+struct PodChoice {
+  int tp = 1, pp = 1;
+  std::vector<std::string> members;  // ids, by rank
+  std::string names;                 // "a, b", for people
+  std::string stage_layers;          // the pick's layers per stage, "5,3"; "" = an even split
+  double predicted = 0;              // the pick's generation tokens/s; 0 for a split given
+  PlanSpeeds measured;               // the rank speeds the pick used (to plan again quickly)
+  // "--tp T --pp P [--stage-layers ...]" for the ranks' command line.
+  std::vector<std::string> SplitArgs() const;
+};
+StatusOr<PodChoice> ChoosePod(const std::string& model, const nlohmann::json& view, int tp,
+                              int pp, const PlanSpeeds& speeds);
+
 // A pod launched through the daemon for a rank 0 that runs here: the environment of rank 0
 // (LOOM_* of its group, LOOM_LISTEN_FD=3) and the listener to hand it as fd 3.
 struct PodLaunch {

@@ -293,6 +293,56 @@ StatusOr<json> WaitForView(const std::string& path, int wait_members, double wai
   return v;
 }
 
+StatusOr<json> WaitForSettledView(const std::string& path, double wait_s) {
+  LOOM_ASSIGN_OR_RETURN(json view, WaitForView(path, 1, wait_s));
+  if (Settled(view)) return view;
+  std::fprintf(stderr, "loom cluster: waiting for the links to be measured...\n");
+  return WaitForView(path, static_cast<int>(view["members"].size()), wait_s);
+}
+
+std::vector<std::string> PodChoice::SplitArgs() const {
+  std::vector<std::string> args = {"--tp", std::to_string(tp), "--pp", std::to_string(pp)};
+  if (pp > 1 && !stage_layers.empty()) args.insert(args.end(), {"--stage-layers", stage_layers});
+  return args;
+}
+
+StatusOr<PodChoice> ChoosePod(const std::string& model, const json& view, int tp, int pp,
+                              const PlanSpeeds& speeds) {
+  PodChoice c;
+  c.tp = tp == 0 && pp > 0 ? 1 : tp;
+  c.pp = pp == 0 && tp > 0 ? 1 : pp;
+  const std::vector<json> order = MembersInRankOrder(view);
+  if (c.tp == 0) {
+    LOOM_ASSIGN_OR_RETURN(json plan, PlanFor(model, view, speeds, /*quiet=*/false));
+    if (!plan.contains("pick")) {
+      return ResourceExhaustedError("no plan fits ", model, " on the ", order.size(),
+                                    " members up (see `loom cluster status -m`)");
+    }
+    const json& pick = plan["pick"];
+    c.tp = pick["tp"];
+    c.pp = pick["pp"];
+    c.predicted = pick["decode_tokens_per_s"];
+    for (const json& id : pick["members"]) c.members.push_back(id);
+    for (const json& n : pick["stage_layers"]) {
+      c.stage_layers += (c.stage_layers.empty() ? "" : ",") + std::to_string(n.get<int64_t>());
+    }
+    c.measured.decode_gbs = plan["rank"]["decode_bytes_per_s"].get<double>() / 1e9;
+    c.measured.prompt_gflops = plan["rank"]["prompt_flops"].get<double>() / 1e9;
+  } else {
+    if (c.tp * c.pp > static_cast<int>(order.size())) {
+      return InvalidArgumentError("tp ", c.tp, " x pp ", c.pp, " needs ", c.tp * c.pp,
+                                  " members; the cluster has ", order.size());
+    }
+    for (int r = 0; r < c.tp * c.pp; ++r) c.members.push_back(order[r]["id"]);
+  }
+  for (const std::string& id : c.members) {
+    for (const json& m : order) {
+      if (m["id"] == id) c.names += (c.names.empty() ? "" : ", ") + m["name"].get<std::string>();
+    }
+  }
+  return c;
+}
+
 namespace {
 
 void PrintText(const json& v, const json* plan) {

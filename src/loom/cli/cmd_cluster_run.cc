@@ -119,64 +119,27 @@ std::vector<std::string> OwnEnvironment() {
 
 int RunCluster(const RunClusterOptions& o) {
   const std::string path = o.control.empty() ? cluster::DefaultControlPath() : o.control;
-  auto view = WaitForView(path, 1, o.wait_s);
+  auto view = WaitForSettledView(path, o.wait_s);
   if (!view.ok()) return Fail("cluster run", view.status());
-  if (!Settled(*view)) {
-    std::fprintf(stderr, "loom cluster run: waiting for the links to be measured...\n");
-    view = WaitForView(path, static_cast<int>((*view)["members"].size()), o.wait_s);
-    if (!view.ok()) return Fail("cluster run", view.status());
-  }
-  // A split given in part is completed with 1 (`--tp 2` alone is TP=2, PP=1, as for `loom run`).
-  int tp = o.tp == 0 && o.pp > 0 ? 1 : o.tp, pp = o.pp == 0 && o.tp > 0 ? 1 : o.pp;
-  double predicted = 0;
-  std::vector<std::string> members;  // by rank
-  std::string stage_layers;          // the plan's layers per stage, "5,3"
-  if (tp == 0 && pp == 0) {
-    auto plan = PlanFor(o.model, *view, o.speeds, /*quiet=*/false);
-    if (!plan.ok()) return Fail("cluster run", plan.status());
-    if (!plan->contains("pick")) {
-      return Fail("cluster run",
-                  ResourceExhaustedError("no plan fits the model on these ",
-                                         (*view)["members"].size(), " members (see `loom cluster "
-                                         "status -m`)"));
-    }
-    const json& pick = (*plan)["pick"];
-    tp = pick["tp"].get<int>();
-    pp = pick["pp"].get<int>();
-    predicted = pick["decode_tokens_per_s"].get<double>();
-    for (const json& id : pick["members"]) members.push_back(id);
-    for (const json& n : pick["stage_layers"]) {
-      stage_layers += (stage_layers.empty() ? "" : ",") + std::to_string(n.get<int64_t>());
-    }
-  } else {
-    const std::vector<json> order = MembersInRankOrder(*view);
-    if (tp * pp > static_cast<int>(order.size())) {
-      return Fail("cluster run", InvalidArgumentError("tp ", tp, " x pp ", pp, " needs ", tp * pp,
-                                                      " members; the cluster has ", order.size()));
-    }
-    for (int r = 0; r < tp * pp; ++r) members.push_back(order[r]["id"]);
-  }
-  const int ranks = tp * pp;
-  std::string names;
-  for (const std::string& id : members) {
-    for (const json& m : (*view)["members"]) {
-      if (m["id"] == id) names += (names.empty() ? "" : ", ") + m["name"].get<std::string>();
-    }
-  }
+  auto pod = ChoosePod(o.model, *view, o.tp, o.pp, o.speeds);
+  if (!pod.ok()) return Fail("cluster run", pod.status());
+  const int ranks = pod->tp * pod->pp;
+  const double predicted = pod->predicted;
   std::vector<std::string> args = {"run"};
   args.insert(args.end(), o.run_args.begin(), o.run_args.end());
-  args.insert(args.end(), {"-m", o.model, "--tp", std::to_string(tp), "--pp", std::to_string(pp)});
-  if (pp > 1 && !stage_layers.empty()) args.insert(args.end(), {"--stage-layers", stage_layers});
+  args.insert(args.end(), {"-m", o.model});
+  for (std::string& a : pod->SplitArgs()) args.push_back(std::move(a));
   if (predicted > 0) {
-    std::fprintf(stderr, "loom cluster run: tp %d x pp %d on %s%s; predicted %.1f tokens/s\n", tp,
-                 pp, names.c_str(),
-                 pp > 1 ? (" (layers " + stage_layers + ")").c_str() : "", predicted);
+    std::fprintf(stderr, "loom cluster run: tp %d x pp %d on %s%s; predicted %.1f tokens/s\n",
+                 pod->tp, pod->pp, pod->names.c_str(),
+                 pod->pp > 1 ? (" (layers " + pod->stage_layers + ")").c_str() : "", predicted);
   } else {
-    std::fprintf(stderr, "loom cluster run: tp %d x pp %d on %s\n", tp, pp, names.c_str());
+    std::fprintf(stderr, "loom cluster run: tp %d x pp %d on %s\n", pod->tp, pod->pp,
+                 pod->names.c_str());
   }
   double measured = 0;
   const int code = ranks == 1 ? RunRankZero(args, OwnEnvironment(), -1, &measured)
-                              : RunPod(path, members, args, &measured);
+                              : RunPod(path, pod->members, args, &measured);
   if (code == 0 && measured > 0) {
     if (predicted > 0) {
       std::fprintf(stderr, "loom cluster run: measured %.1f tokens/s, predicted %.1f (%.0f%%)\n",

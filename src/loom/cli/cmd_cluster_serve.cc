@@ -110,53 +110,25 @@ class Supervisor {
   // ---- the pod ----
 
   Status StartPod() {
-    auto view = WaitForView(path_, 1, o_.wait_s);
-    if (!view.ok()) return view.status();
-    if (!Settled(*view)) {
-      view = WaitForView(path_, static_cast<int>((*view)["members"].size()), o_.wait_s);
-      if (!view.ok()) return view.status();
+    LOOM_ASSIGN_OR_RETURN(json view, WaitForSettledView(path_, o_.wait_s));
+    int tp = o_.tp, pp = o_.pp;
+    const int64_t given = static_cast<int64_t>(std::max(tp, 1)) * std::max(pp, 1);
+    if ((tp > 0 || pp > 0) && given > static_cast<int64_t>(view["members"].size())) {
+      tp = pp = 0;  // the split given no longer fits the members up: plan one
     }
-    int tp = o_.tp == 0 && o_.pp > 0 ? 1 : o_.tp, pp = o_.pp == 0 && o_.tp > 0 ? 1 : o_.pp;
-    const std::vector<json> order = MembersInRankOrder(*view);
-    const int members = static_cast<int>(order.size());
-    if (tp * pp > members) tp = pp = 0;  // the split given no longer fits: plan one
-    std::vector<std::string> ids;
-    std::string stage_layers;
-    if (tp == 0 || pp == 0) {
-      auto plan = PlanFor(o_.model, *view, speeds_.decode_gbs > 0 ? speeds_ : o_.speeds, false);
-      if (!plan.ok()) return plan.status();
-      if (!plan->contains("pick")) {
-        return ResourceExhaustedError("no plan fits ", o_.model, " on the ", members,
-                                      " members up");
-      }
-      const json& pick = (*plan)["pick"];
-      tp = pick["tp"];
-      pp = pick["pp"];
-      for (const json& id : pick["members"]) ids.push_back(id);
-      for (const json& n : pick["stage_layers"]) {
-        stage_layers += (stage_layers.empty() ? "" : ",") + std::to_string(n.get<int64_t>());
-      }
-      // Re-plans reuse this machine's measured speeds (measuring takes seconds).
-      speeds_.decode_gbs = (*plan)["rank"]["decode_bytes_per_s"].get<double>() / 1e9;
-      speeds_.prompt_gflops = (*plan)["rank"]["prompt_flops"].get<double>() / 1e9;
-    } else {
-      for (int r = 0; r < tp * pp; ++r) ids.push_back(order[r]["id"]);
-    }
-    std::string names;
-    for (const std::string& id : ids) {
-      for (const json& m : order) {
-        if (m["id"] == id) names += (names.empty() ? "" : ", ") + m["name"].get<std::string>();
-      }
-    }
+    LOOM_ASSIGN_OR_RETURN(
+        PodChoice pod, ChoosePod(o_.model, view, tp, pp, speeds_.decode_gbs > 0 ? speeds_ : o_.speeds));
+    // Re-plans reuse this machine's measured speeds (measuring takes seconds).
+    if (pod.predicted > 0) speeds_ = pod.measured;
+    const std::vector<std::string>& ids = pod.members;
     pod_members_ = std::set<std::string>(ids.begin(), ids.end());
     std::vector<std::string> args = {"serve"};
     args.insert(args.end(), o_.serve_args.begin(), o_.serve_args.end());
-    args.insert(args.end(), {"-m", o_.model, "--tp", std::to_string(tp), "--pp",
-                             std::to_string(pp), "--host", "127.0.0.1", "--port", "0",
-                             "--api-key", key_});
-    if (pp > 1 && !stage_layers.empty()) args.insert(args.end(), {"--stage-layers", stage_layers});
-    std::fprintf(stderr, "loom cluster serve: pod %d: tp %d x pp %d on %s\n", ++generation_, tp,
-                 pp, names.c_str());
+    args.insert(args.end(), {"-m", o_.model});
+    for (std::string& a : pod.SplitArgs()) args.push_back(std::move(a));
+    args.insert(args.end(), {"--host", "127.0.0.1", "--port", "0", "--api-key", key_});
+    std::fprintf(stderr, "loom cluster serve: pod %d: tp %d x pp %d on %s\n", ++generation_,
+                 pod.tp, pod.pp, pod.names.c_str());
     auto rank0 = StartServeRankZero(path_, ids, args);
     if (!rank0.ok()) return rank0.status();
     pid_ = rank0->pid;

@@ -19,16 +19,6 @@ double Transfer(const LinkFacts& link, double bytes) {
   return link.latency_s + (link.bytes_per_s > 0 ? bytes / link.bytes_per_s : 0.0);
 }
 
-// Layer of a "blk.N." tensor name, -1 otherwise.
-int64_t LayerOf(const std::string& name) {
-  if (name.rfind("blk.", 0) != 0) return -1;
-  int64_t l = 0;
-  size_t i = 4;
-  if (i >= name.size() || name[i] < '0' || name[i] > '9') return -1;
-  while (i < name.size() && name[i] >= '0' && name[i] <= '9') l = l * 10 + (name[i++] - '0');
-  return l;
-}
-
 int64_t TensorBytes(const model::ModelFile& file, const char* name) {
   auto it = file.tensors.find(name);
   return it == file.tensors.end() ? 0 : it->second.size_bytes;
@@ -52,7 +42,7 @@ double DecodeReadBytes(const model::ModelFile& file, const parallel::RankPlan& r
         1.0 - static_cast<double>(hp.n_experts_used) / static_cast<double>(hp.n_experts);
     for (const auto& [name, t] : file.tensors) {
       if (name.find("_exps.") == std::string::npos) continue;
-      const int64_t layer = LayerOf(name);
+      const int64_t layer = parallel::TensorLayer(name);
       if (layer < r.shard.layer_begin || layer >= r.shard.layer_end) continue;
       bytes -= unused * static_cast<double>(t.size_bytes + 2 * t.scales_bytes);
     }

@@ -91,12 +91,9 @@ StatusOr<const float*> BindVectorSlice(const ModelFile& file, const std::string&
   return v + begin;
 }
 
-Status BindLlamaTensors(const ModelFile& file, TransformerWeights* w) {
+Status BindEmbeddingAndHead(const ModelFile& file, TransformerWeights* w) {
   const HParams& hp = w->hp;
   const LocalDims& d = w->local;
-  const int64_t hd = hp.head_dim;
-  const int64_t q_dim = hp.n_heads * hd;
-  const int64_t kv_dim = hp.n_kv_heads * hd;
   if (d.embed || (d.head && hp.tied_embeddings)) {
     LOOM_ASSIGN_OR_RETURN(w->token_embd,
                           BindMatrix(file, "token_embd.weight", hp.vocab_size, hp.dim));
@@ -110,6 +107,16 @@ Status BindLlamaTensors(const ModelFile& file, TransformerWeights* w) {
     }
     w->output = w->output.RowRange(d.vocab_begin, d.vocab_count);  // rows: in place
   }
+  return OkStatus();
+}
+
+Status BindLlamaTensors(const ModelFile& file, TransformerWeights* w) {
+  const HParams& hp = w->hp;
+  const LocalDims& d = w->local;
+  const int64_t hd = hp.head_dim;
+  const int64_t q_dim = hp.n_heads * hd;
+  const int64_t kv_dim = hp.n_kv_heads * hd;
+  LOOM_RETURN_IF_ERROR(BindEmbeddingAndHead(file, w));
   w->layers.resize(static_cast<size_t>(d.n_layers()));
   for (int64_t l = d.layer_begin; l < d.layer_end; ++l) {
     LayerWeights& L = w->layers[static_cast<size_t>(l - d.layer_begin)];

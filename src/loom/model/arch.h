@@ -40,6 +40,9 @@ StatusOr<kernels::MatrixView> BindCols(const ModelFile& file, const std::string&
 // Elements [begin, ...) of a vector of n values, as f32.
 StatusOr<const float*> BindVectorSlice(const ModelFile& file, const std::string& name, int64_t n,
                                        int64_t begin, TransformerWeights* weights);
+// The token embedding (first stage) and the final norm and output head (last stage, its
+// vocabulary rows; the embedding when tied) of the shard in weights->local.
+Status BindEmbeddingAndHead(const ModelFile& file, TransformerWeights* weights);
 // The Llama tensors every family member has, for the shard in weights->local (embedding, norms,
 // attention, SwiGLU, output head).
 Status BindLlamaTensors(const ModelFile& file, TransformerWeights* weights);

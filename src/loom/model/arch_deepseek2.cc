@@ -89,19 +89,7 @@ Status BindDeepseek2(const ModelFile& file, TransformerWeights* w) {
   if (!hp.is_moe()) {
     return InvalidArgumentError(file.path, ": a deepseek2 model needs deepseek2.expert_count");
   }
-  if (d.embed || (d.head && hp.tied_embeddings)) {
-    LOOM_ASSIGN_OR_RETURN(w->token_embd,
-                          BindMatrix(file, "token_embd.weight", hp.vocab_size, hp.dim));
-  }
-  if (d.head) {
-    LOOM_ASSIGN_OR_RETURN(w->output_norm, BindVector(file, "output_norm.weight", hp.dim, w));
-    if (hp.tied_embeddings) {
-      w->output = w->token_embd;
-    } else {
-      LOOM_ASSIGN_OR_RETURN(w->output, BindMatrix(file, "output.weight", hp.vocab_size, hp.dim));
-    }
-    w->output = w->output.RowRange(d.vocab_begin, d.vocab_count);
-  }
+  LOOM_RETURN_IF_ERROR(BindEmbeddingAndHead(file, w));
   w->layers.resize(static_cast<size_t>(d.n_layers()));
   for (int64_t l = d.layer_begin; l < d.layer_end; ++l) {
     LayerWeights& L = w->layers[static_cast<size_t>(l - d.layer_begin)];

@@ -20,16 +20,6 @@ int64_t ColumnBlock(const model::ModelFile& file, const std::string& suffix) {
   return block;
 }
 
-// Layer of a "blk.N." tensor name, -1 otherwise.
-int64_t LayerOf(const std::string& name) {
-  if (name.rfind("blk.", 0) != 0) return -1;
-  int64_t l = 0;
-  size_t i = 4;
-  if (i >= name.size() || name[i] < '0' || name[i] > '9') return -1;
-  while (i < name.size() && name[i] >= '0' && name[i] <= '9') l = l * 10 + (name[i++] - '0');
-  return l;
-}
-
 std::string GiB(int64_t bytes) {
   std::ostringstream s;
   s.precision(2);
@@ -38,6 +28,15 @@ std::string GiB(int64_t bytes) {
 }
 
 }  // namespace
+
+int64_t TensorLayer(const std::string& name) {
+  if (name.rfind("blk.", 0) != 0) return -1;
+  int64_t l = 0;
+  size_t i = 4;
+  if (i >= name.size() || name[i] < '0' || name[i] > '9') return -1;
+  while (i < name.size() && name[i] >= '0' && name[i] <= '9') l = l * 10 + (name[i++] - '0');
+  return l;
+}
 
 int64_t ShardWeightBytes(const model::ModelFile& file, const model::ShardSpec& s) {
   const model::HParams& hp = file.hparams;
@@ -53,7 +52,7 @@ int64_t ShardWeightBytes(const model::ModelFile& file, const model::ShardSpec& s
   for (const auto& [name, t] : file.tensors) {
     // MLX types keep a scale and a bias per group beside the packed values.
     const double size = static_cast<double>(t.size_bytes + 2 * t.scales_bytes);
-    const int64_t layer = LayerOf(name);
+    const int64_t layer = TensorLayer(name);
     if (layer < 0) {
       const bool embed = name == "token_embd.weight";
       const double vocab_frac =

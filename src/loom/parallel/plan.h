@@ -51,6 +51,9 @@ struct PlanRequest {
 
 StatusOr<ParallelPlan> MakePlan(const model::ModelFile& file, const PlanRequest& request);
 
+// The layer of a "blk.N." tensor name, -1 for tensors outside the layers.
+int64_t TensorLayer(const std::string& name);
+
 // Bytes of the tensors a shard needs (the memory a rank must hold for weights).
 int64_t ShardWeightBytes(const model::ModelFile& file, const model::ShardSpec& shard);
 
