@@ -162,9 +162,12 @@ Status BindExperts(const ModelFile& file, TransformerWeights* w) {
                           file.Find(p + "ffn_up_exps.weight", {e, f, hp.dim}));
     LOOM_ASSIGN_OR_RETURN(const TensorInfo* down,
                           file.Find(p + "ffn_down_exps.weight", {e, hp.dim, f}));
-    L.exp_gate = gate->matrix();
-    L.exp_up = up->matrix();
-    L.exp_down = down->matrix();
+    const kernels::MatrixView g = gate->matrix(), u = up->matrix(), dn = down->matrix();
+    L.experts.resize(static_cast<size_t>(e));
+    for (int64_t i = 0; i < e; ++i) {
+      L.experts[static_cast<size_t>(i)] = {g.RowRange(i * f, f), u.RowRange(i * f, f),
+                                           dn.RowRange(i * hp.dim, hp.dim)};
+    }
   }
   return OkStatus();
 }

@@ -183,9 +183,8 @@ void MoeForward(const HParams& hp, const LayerWeights& L, const float* x, int64_
     const int64_t r0 = s.group_begin[e];
     const int64_t rows = s.group_begin[e + 1] - r0;
     if (rows == 0) continue;
-    const k::MatrixView gate = L.exp_gate.RowRange(e * ffn, ffn);
-    const k::MatrixView up = L.exp_up.RowRange(e * ffn, ffn);
-    const k::MatrixView down = L.exp_down.RowRange(e * dim, dim);
+    const LayerWeights::Expert& ex = L.experts[static_cast<size_t>(e)];
+    const k::MatrixView &gate = ex.gate, &up = ex.up, &down = ex.down;
     const float* xe = s.xg.data() + r0 * dim;
     float* ge = s.gate.data() + r0 * ffn;
     float* ue = s.up.data() + r0 * ffn;

@@ -132,8 +132,8 @@ std::vector<float> NaiveMoe(const HParams& hp, const LayerWeights& L, const std:
     std::vector<float> logits(static_cast<size_t>(hp.n_experts));
     k::reference::MatMul(L.router, xi, 1, logits.data());
     for (const auto& [e, w] : NaiveRoute(hp, L.expert_bias, logits)) {
-      swiglu(L.exp_gate.RowRange(e * f, f), L.exp_up.RowRange(e * f, f),
-             L.exp_down.RowRange(e * dim, dim), xi, w, y.data() + i * dim);
+      const LayerWeights::Expert& ex = L.experts[static_cast<size_t>(e)];
+      swiglu(ex.gate, ex.up, ex.down, xi, w, y.data() + i * dim);
     }
     if (L.shexp_gate.data != nullptr) {
       // Qwen2-MoE's gate: sigmoid of a dot product, in double.
@@ -169,9 +169,10 @@ struct TestLayer {
     up = Quantized(type, Values(3, n_experts * f * dim, 0.3f), n_experts * f, dim);
     down = Quantized(type, Values(4, n_experts * dim * f, 0.3f), n_experts * dim, f);
     L.router = router.view;
-    L.exp_gate = gate.view;
-    L.exp_up = up.view;
-    L.exp_down = down.view;
+    for (int64_t e = 0; e < n_experts; ++e) {
+      L.experts.push_back({gate.view.RowRange(e * f, f), up.view.RowRange(e * f, f),
+                           down.view.RowRange(e * dim, dim)});
+    }
   }
 };
 
@@ -478,7 +479,7 @@ TEST(MoeModelTest, CopiedWeightsKeepTheExpertsMappedAndGiveTheSameLogits) {
   ASSERT_TRUE(mapped.ok() && copied.ok());
   ASSERT_TRUE(CopyMatricesToMemory(&*copied).ok());
   const LayerWeights& L = copied->layers[0];
-  EXPECT_EQ(L.exp_gate.data, mapped->layers[0].exp_gate.data);  // still the file's bytes
+  EXPECT_EQ(L.experts[0].gate.data, mapped->layers[0].experts[0].gate.data);  // still the file's
   EXPECT_NE(L.router.data, mapped->layers[0].router.data);      // copied
   const int32_t tok = 300, pos = 0, slot = 0, row = 0;
   const Batch b{{&tok, 1}, {&pos, 1}, {&slot, 1}, {&row, 1}};

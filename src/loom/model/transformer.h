@@ -79,13 +79,17 @@ struct LayerWeights {
   kernels::MatrixView w_gate;        // (ffn_dim, dim)
   kernels::MatrixView w_up;          // (ffn_dim, dim)
   kernels::MatrixView w_down;        // (dim, ffn_dim)
-  // Mixture of experts (hp.is_moe(); then w_gate, w_up and w_down are empty).  The experts' 3-D
-  // tensors are one view each, experts stacked by rows: expert e is RowRange(e * f, f) of
-  // exp_gate / exp_up and RowRange(e * dim, dim) of exp_down (f = hp.expert_ffn_dim), in place.
-  kernels::MatrixView router;    // (n_experts, dim)
-  kernels::MatrixView exp_gate;  // (n_experts * expert_ffn_dim, dim)
-  kernels::MatrixView exp_up;    // (n_experts * expert_ffn_dim, dim)
-  kernels::MatrixView exp_down;  // (n_experts * dim, expert_ffn_dim)
+  // Mixture of experts (hp.is_moe(); then w_gate, w_up and w_down are empty).  experts[e] holds
+  // expert e's SwiGLU matrices, in place: row ranges of GGUF's and MLX's stacked 3-D tensors, or
+  // one tensor each (Hugging Face files).  An expert-parallel rank binds only its own experts; the
+  // others' views are empty (data null).
+  struct Expert {
+    kernels::MatrixView gate;  // (expert_ffn_dim, dim)
+    kernels::MatrixView up;    // (expert_ffn_dim, dim)
+    kernels::MatrixView down;  // (dim, expert_ffn_dim)
+  };
+  kernels::MatrixView router;   // (n_experts, dim)
+  std::vector<Expert> experts;  // (n_experts)
   // DeepSeek-V3's additions: the choice bias (exp_probs_b) and the shared experts, one SwiGLU of
   // s = hp.shared_ffn() columns; empty / null when absent.  Leading dense layers
   // (hp.n_dense_layers) have w_gate / w_up / w_down and no router.  Qwen2-MoE's shared expert is
