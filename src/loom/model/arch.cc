@@ -164,7 +164,7 @@ Status BindExperts(const ModelFile& file, TransformerWeights* w) {
                           file.Find(p + "ffn_down_exps.weight", {e, hp.dim, f}));
     const kernels::MatrixView g = gate->matrix(), u = up->matrix(), dn = down->matrix();
     L.experts.resize(static_cast<size_t>(e));
-    for (int64_t i = 0; i < e; ++i) {
+    for (int64_t i = d.expert_begin; i < d.expert_begin + d.n_experts; ++i) {
       L.experts[static_cast<size_t>(i)] = {g.RowRange(i * f, f), u.RowRange(i * f, f),
                                            dn.RowRange(i * hp.dim, hp.dim)};
     }

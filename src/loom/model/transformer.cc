@@ -45,6 +45,14 @@ StatusOr<LocalDims> ResolveShard(const ModelFile& file, const ShardSpec& s) {
                                 s.ffn_begin + d.ffn_dim, ") outside the model's ", hp.ffn_dim);
   }
   d.ffn_begin = s.ffn_begin;
+  d.expert_begin = s.expert_begin;
+  d.n_experts = s.n_experts < 0 ? hp.n_experts - s.expert_begin : s.n_experts;
+  if (hp.is_moe() && (d.expert_begin < 0 || d.n_experts <= 0 ||
+                      d.expert_begin + d.n_experts > hp.n_experts)) {
+    return InvalidArgumentError(file.path, ": shard experts [", d.expert_begin, ", ",
+                                d.expert_begin + d.n_experts, ") outside the model's ",
+                                hp.n_experts);
+  }
   if ((hp.is_moe() || hp.is_mla()) && (d.head_begin != 0 || d.n_heads != hp.n_heads ||
                                        d.ffn_begin != 0 || d.ffn_dim != hp.ffn_dim)) {
     return UnimplementedError(file.path,

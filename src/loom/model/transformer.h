@@ -38,6 +38,8 @@ struct ShardSpec {
   int64_t n_heads = -1;  // -1: all query heads
   int64_t ffn_begin = 0;
   int64_t ffn_dim = -1;      // -1: all feed-forward columns
+  int64_t expert_begin = 0;  // mixture of experts: the routed experts held (expert parallelism)
+  int64_t n_experts = -1;    // -1: all of them
   bool embed = true;         // holds the token embedding (first stage)
   bool head = true;          // holds the final norm and output head (last stage)
   int64_t vocab_begin = 0;   // with head: the output head's rows (vocabulary entries) held
@@ -55,6 +57,8 @@ struct LocalDims {
   int64_t n_kv_heads = 0;     // key/value heads held
   int64_t ffn_begin = 0;      // first feed-forward column held
   int64_t ffn_dim = 0;        // feed-forward columns held
+  int64_t expert_begin = 0;   // first routed expert held (mixture of experts)
+  int64_t n_experts = 0;      // routed experts held
   bool embed = true;
   bool head = true;
   int64_t vocab_begin = 0;  // output head rows held (Logits computes these vocabulary entries)
