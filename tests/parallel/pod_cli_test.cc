@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "loom/base/testing.h"
 #include "../cli_util.h"
@@ -115,6 +116,51 @@ TEST(PodCliTest, TensorParallelQuantizedModelGivesOneProcessTokens) {
   EXPECT_EQ(want.size(), 48u);
   EXPECT_EQ(nlohmann::json::parse(tp2.out)["generated_token_ids"], want);
   EXPECT_EQ(nlohmann::json::parse(hybrid.out)["generated_token_ids"], want);
+}
+
+// Expert parallelism through the binary: `--ep 2` (experts and heads split over two ranks) and
+// `--ep 2 --pp 2` give one process's greedy tokens on peaked synthetic mixtures of experts (not
+// bit for bit: the experts' weighted sum is added per rank, then over the ranks; peaked models
+// keep that rounding far from the argmax).
+TEST(PodCliTest, ExpertParallelGivesOneProcessTokens) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("loom_ep_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  struct Case {
+    const char* arch;
+    const char* type;
+    std::vector<const char*> splits;
+  };
+  // The tiny shape's 64 attention-output columns split in 4 would cut Q8_0's blocks of 32: four
+  // ranks on the float model.
+  for (const Case& c : {Case{"mixtral", "q8_0", {" --ep 2", " --ep 2 --pp 2"}},
+                        Case{"mixtral", "f32", {" --ep 4 --backend tcp"}},
+                        Case{"deepseek2", "q8_0", {" --ep 2", " --ep 2 --pp 2"}},
+                        Case{"deepseek2", "f32", {" --ep 4 --backend tcp"}}}) {
+    const std::string model = (dir / (std::string(c.arch) + c.type + ".gguf")).string();
+    const CommandResult synth = RunShell(kLoom + " synth --shape tiny --peaked --type " + c.type +
+                                         " --arch " + c.arch + " -o " + model);
+    ASSERT_EQ(synth.exit_code, 0) << synth.err;
+    const std::string args =
+        " run -m " + model + " --prompt-ids 1,300,301,302 -n 24 --temp 0 --json";
+    const CommandResult one = RunShell(kLoom + args);
+    ASSERT_EQ(one.exit_code, 0) << one.err;
+    const nlohmann::json want = nlohmann::json::parse(one.out)["generated_token_ids"];
+    EXPECT_EQ(want.size(), 24u);
+    for (const char* split : c.splits) {
+      const CommandResult ep = RunShell(kLoom + args + split);
+      ASSERT_EQ(ep.exit_code, 0) << c.arch << split << ": " << ep.err;
+      EXPECT_EQ(nlohmann::json::parse(ep.out)["generated_token_ids"], want) << c.arch << split;
+      EXPECT_NE(ep.err.find("| ep "), std::string::npos) << ep.err;
+    }
+    const CommandResult both = RunShell(kLoom + args + " --ep 2 --tp 2");
+    EXPECT_NE(both.exit_code, 0);
+    EXPECT_NE(both.err.find("--tp and --ep cannot be combined"), std::string::npos) << both.err;
+    const CommandResult tp = RunShell(kLoom + args + " --tp 2");
+    EXPECT_NE(tp.exit_code, 0);
+    EXPECT_NE(tp.err.find("or --ep to split the experts"), std::string::npos) << tp.err;
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST(PodCliTest, WrongGroupSizeIsAClearError) {

@@ -50,17 +50,20 @@ StatusOr<nlohmann::json> WaitForSettledView(const std::string& control_path, dou
 // the cost model's pick; a split given in part is completed with 1, as `loom run` does), the
 // members in rank order (MembersInRankOrder, or the pick's).
 struct PodChoice {
-  int tp = 1, pp = 1;
+  int tp = 1, ep = 1, pp = 1;  // ep > 1: an expert-parallel group of ep ranks (then tp is 1)
+  int ranks() const { return tp * ep * pp; }
+  std::string Describe() const;      // "tp 2 x pp 1", "ep 2 x pp 1"
   std::vector<std::string> members;  // ids, by rank
   std::string names;                 // "a, b", for people
   std::string stage_layers;          // the pick's layers per stage, "5,3"; "" = an even split
   double predicted = 0;              // the pick's generation tokens/s; 0 for a split given
   PlanSpeeds measured;               // the rank speeds the pick used (to plan again quickly)
-  // "--tp T --pp P [--stage-layers ...]" for the ranks' command line.
+  // "--tp T --pp P [--stage-layers ...]" (or --ep E) for the ranks' command line.
   std::vector<std::string> SplitArgs() const;
 };
+// tp, ep and pp as given on the command line (0: the plan's pick; ep > 0 asks for experts split).
 StatusOr<PodChoice> ChoosePod(const std::string& model, const nlohmann::json& view, int tp,
-                              int pp, const PlanSpeeds& speeds);
+                              int ep, int pp, const PlanSpeeds& speeds);
 
 // A pod launched through the daemon for a rank 0 that runs here: the environment of rank 0
 // (LOOM_* of its group, LOOM_LISTEN_FD=3) and the listener to hand it as fd 3.

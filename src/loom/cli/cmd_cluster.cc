@@ -243,7 +243,7 @@ StatusOr<json> PlanFor(const std::string& model_path, const json& v, const PlanS
                         {"gbytes_per_s", in.link.bytes_per_s / 1e9}}},
               {"plans", json::array()}};
   for (const auto& p : all) {
-    json e = {{"tp", p.tp}, {"pp", p.pp}, {"feasible", p.feasible}};
+    json e = {{"tp", p.tp}, {"ep", p.ep}, {"pp", p.pp}, {"feasible", p.feasible}};
     if (p.feasible) {
       e["decode_tokens_per_s"] = p.decode_tokens_per_s;
       e["prompt_tokens_per_s"] = p.prompt_tokens_per_s;
@@ -255,12 +255,13 @@ StatusOr<json> PlanFor(const std::string& model_path, const json& v, const PlanS
   }
   if (best != nullptr) {
     json ids = json::array(), layers = json::array();
-    for (int r = 0; r < best->tp * best->pp; ++r) ids.push_back(members[r]["id"]);
+    for (int r = 0; r < best->ranks(); ++r) ids.push_back(members[r]["id"]);
     for (int st = 0; st < best->pp; ++st) {
-      const model::ShardSpec& sh = best->plan.rank(st * best->tp).shard;
+      const model::ShardSpec& sh = best->plan.rank(st * best->group()).shard;
       layers.push_back(sh.layer_end - sh.layer_begin);
     }
     out["pick"] = {{"tp", best->tp},
+                   {"ep", best->ep},
                    {"pp", best->pp},
                    {"members", ids},
                    {"stage_layers", layers},
@@ -300,16 +301,23 @@ StatusOr<json> WaitForSettledView(const std::string& path, double wait_s) {
   return WaitForView(path, static_cast<int>(view["members"].size()), wait_s);
 }
 
+std::string PodChoice::Describe() const {
+  return StrCat(ep > 1 ? "ep " : "tp ", tp * ep, " x pp ", pp);
+}
+
 std::vector<std::string> PodChoice::SplitArgs() const {
-  std::vector<std::string> args = {"--tp", std::to_string(tp), "--pp", std::to_string(pp)};
+  std::vector<std::string> args = {ep > 1 ? "--ep" : "--tp", std::to_string(tp * ep), "--pp",
+                                   std::to_string(pp)};
   if (pp > 1 && !stage_layers.empty()) args.insert(args.end(), {"--stage-layers", stage_layers});
   return args;
 }
 
-StatusOr<PodChoice> ChoosePod(const std::string& model, const json& view, int tp, int pp,
+StatusOr<PodChoice> ChoosePod(const std::string& model, const json& view, int tp, int ep, int pp,
                               const PlanSpeeds& speeds) {
   PodChoice c;
+  if (ep > 0) tp = 1;  // an expert-parallel group instead of a tensor-parallel one
   c.tp = tp == 0 && pp > 0 ? 1 : tp;
+  c.ep = ep > 0 ? ep : 1;
   c.pp = pp == 0 && tp > 0 ? 1 : pp;
   const std::vector<json> order = MembersInRankOrder(view);
   if (c.tp == 0) {
@@ -320,6 +328,7 @@ StatusOr<PodChoice> ChoosePod(const std::string& model, const json& view, int tp
     }
     const json& pick = plan["pick"];
     c.tp = pick["tp"];
+    c.ep = pick.value("ep", 1);
     c.pp = pick["pp"];
     c.predicted = pick["decode_tokens_per_s"];
     for (const json& id : pick["members"]) c.members.push_back(id);
@@ -329,11 +338,12 @@ StatusOr<PodChoice> ChoosePod(const std::string& model, const json& view, int tp
     c.measured.decode_gbs = plan["rank"]["decode_bytes_per_s"].get<double>() / 1e9;
     c.measured.prompt_gflops = plan["rank"]["prompt_flops"].get<double>() / 1e9;
   } else {
-    if (c.tp * c.pp > static_cast<int>(order.size())) {
-      return InvalidArgumentError("tp ", c.tp, " x pp ", c.pp, " needs ", c.tp * c.pp,
-                                  " members; the cluster has ", order.size());
+    if (c.ranks() > static_cast<int>(order.size())) {
+      return InvalidArgumentError(c.ep > 1 ? "ep " : "tp ", c.tp * c.ep, " x pp ", c.pp,
+                                  " needs ", c.ranks(), " members; the cluster has ",
+                                  order.size());
     }
-    for (int r = 0; r < c.tp * c.pp; ++r) c.members.push_back(order[r]["id"]);
+    for (int r = 0; r < c.ranks(); ++r) c.members.push_back(order[r]["id"]);
   }
   for (const std::string& id : c.members) {
     for (const json& m : order) {
@@ -400,9 +410,10 @@ void PrintText(const json& v, const json* plan) {
                 (*plan)["link"]["latency_us"].get<double>(),
                 (*plan)["link"]["gbytes_per_s"].get<double>());
     for (const json& p : (*plan)["plans"]) {
-      const std::string name = "tp" + std::to_string(p["tp"].get<int>()) + " pp" +
-                               std::to_string(p["pp"].get<int>());
+      const std::string name =
+          cluster::SplitName(p["tp"].get<int>(), p.value("ep", 1), p["pp"].get<int>());
       const bool pick = plan->contains("pick") && (*plan)["pick"]["tp"] == p["tp"] &&
+                        (*plan)["pick"].value("ep", 1) == p.value("ep", 1) &&
                         (*plan)["pick"]["pp"] == p["pp"];
       if (!p["feasible"].get<bool>()) {
         std::printf("  %-9s %10s  %s\n", name.c_str(), "-", p["why_not"].get<std::string>().c_str());

@@ -42,7 +42,7 @@ constexpr int kListenFd = 3;
 struct RunClusterOptions {
   std::string model;
   std::string control;
-  int tp = 0, pp = 0;  // 0: the plan's pick
+  int tp = 0, ep = 0, pp = 0;  // 0: the plan's pick
   double wait_s = 30;
   PlanSpeeds speeds;
   std::vector<std::string> run_args;  // everything else, for `loom run`
@@ -121,20 +121,20 @@ int RunCluster(const RunClusterOptions& o) {
   const std::string path = o.control.empty() ? cluster::DefaultControlPath() : o.control;
   auto view = WaitForSettledView(path, o.wait_s);
   if (!view.ok()) return Fail("cluster run", view.status());
-  auto pod = ChoosePod(o.model, *view, o.tp, o.pp, o.speeds);
+  auto pod = ChoosePod(o.model, *view, o.tp, o.ep, o.pp, o.speeds);
   if (!pod.ok()) return Fail("cluster run", pod.status());
-  const int ranks = pod->tp * pod->pp;
+  const int ranks = pod->ranks();
   const double predicted = pod->predicted;
   std::vector<std::string> args = {"run"};
   args.insert(args.end(), o.run_args.begin(), o.run_args.end());
   args.insert(args.end(), {"-m", o.model});
   for (std::string& a : pod->SplitArgs()) args.push_back(std::move(a));
   if (predicted > 0) {
-    std::fprintf(stderr, "loom cluster run: tp %d x pp %d on %s%s; predicted %.1f tokens/s\n",
-                 pod->tp, pod->pp, pod->names.c_str(),
+    std::fprintf(stderr, "loom cluster run: %s on %s%s; predicted %.1f tokens/s\n",
+                 pod->Describe().c_str(), pod->names.c_str(),
                  pod->pp > 1 ? (" (layers " + pod->stage_layers + ")").c_str() : "", predicted);
   } else {
-    std::fprintf(stderr, "loom cluster run: tp %d x pp %d on %s\n", pod->tp, pod->pp,
+    std::fprintf(stderr, "loom cluster run: %s on %s\n", pod->Describe().c_str(),
                  pod->names.c_str());
   }
   double measured = 0;
@@ -242,8 +242,12 @@ void AddClusterRunCommand(CLI::App& cluster, std::function<int()>* action) {
       "option not listed here goes to `loom run`; the model must be at the same path, or pulled "
       "under the same name, on every member)");
   run->add_option("-m,--model", o->model, "Model file, directory or pulled name")->required();
-  run->add_option("--tp", o->tp, "Tensor-parallel ranks (default: the plan's)")
-      ->check(CLI::Range(1, 64));
+  auto* tp = run->add_option("--tp", o->tp, "Tensor-parallel ranks (default: the plan's)")
+                 ->check(CLI::Range(1, 64));
+  run->add_option("--ep", o->ep,
+                  "Expert-parallel ranks, mixtures of experts (default: the plan's)")
+      ->check(CLI::Range(1, 64))
+      ->excludes(tp);
   run->add_option("--pp", o->pp, "Pipeline stages (default: the plan's)")->check(CLI::Range(1, 64));
   run->add_option("--control", o->control, "The daemon's Unix socket (as for join)");
   run->add_option("--wait", o->wait_s, "Seconds to wait for the daemon and its link measurements")

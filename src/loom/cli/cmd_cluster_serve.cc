@@ -45,7 +45,7 @@ constexpr const char* kCarried[] = {"temperature", "top_p", "top_k", "min_p", "s
 
 struct ServeClusterOptions {
   std::string model, control, host = "127.0.0.1", api_key;
-  int port = 8080, tp = 0, pp = 0;
+  int port = 8080, tp = 0, ep = 0, pp = 0;
   bool insecure = false;
   double wait_s = 60;
   PlanSpeeds speeds;
@@ -111,13 +111,14 @@ class Supervisor {
 
   Status StartPod() {
     LOOM_ASSIGN_OR_RETURN(json view, WaitForSettledView(path_, o_.wait_s));
-    int tp = o_.tp, pp = o_.pp;
-    const int64_t given = static_cast<int64_t>(std::max(tp, 1)) * std::max(pp, 1);
-    if ((tp > 0 || pp > 0) && given > static_cast<int64_t>(view["members"].size())) {
-      tp = pp = 0;  // the split given no longer fits the members up: plan one
+    int tp = o_.tp, ep = o_.ep, pp = o_.pp;
+    const int64_t given = static_cast<int64_t>(std::max(tp, 1)) * std::max(ep, 1) * std::max(pp, 1);
+    if ((tp > 0 || ep > 0 || pp > 0) && given > static_cast<int64_t>(view["members"].size())) {
+      tp = ep = pp = 0;  // the split given no longer fits the members up: plan one
     }
-    LOOM_ASSIGN_OR_RETURN(
-        PodChoice pod, ChoosePod(o_.model, view, tp, pp, speeds_.decode_gbs > 0 ? speeds_ : o_.speeds));
+    LOOM_ASSIGN_OR_RETURN(PodChoice pod,
+                          ChoosePod(o_.model, view, tp, ep, pp,
+                                    speeds_.decode_gbs > 0 ? speeds_ : o_.speeds));
     // Re-plans reuse this machine's measured speeds (measuring takes seconds).
     if (pod.predicted > 0) speeds_ = pod.measured;
     const std::vector<std::string>& ids = pod.members;
@@ -127,8 +128,8 @@ class Supervisor {
     args.insert(args.end(), {"-m", o_.model});
     for (std::string& a : pod.SplitArgs()) args.push_back(std::move(a));
     args.insert(args.end(), {"--host", "127.0.0.1", "--port", "0", "--api-key", key_});
-    std::fprintf(stderr, "loom cluster serve: pod %d: tp %d x pp %d on %s\n", ++generation_,
-                 pod.tp, pod.pp, pod.names.c_str());
+    std::fprintf(stderr, "loom cluster serve: pod %d: %s on %s\n", ++generation_,
+                 pod.Describe().c_str(), pod.names.c_str());
     auto rank0 = StartServeRankZero(path_, ids, args);
     if (!rank0.ok()) return rank0.status();
     pid_ = rank0->pid;
@@ -513,8 +514,12 @@ void AddClusterServeCommand(CLI::App& cluster, std::function<int()>* action) {
       "again on the others and continue the requests in flight (options not listed here go to "
       "`loom serve`)");
   serve->add_option("-m,--model", o->model, "Model file, directory or pulled name")->required();
-  serve->add_option("--tp", o->tp, "Tensor-parallel ranks (default: the plan's)")
-      ->check(CLI::Range(1, 64));
+  auto* tp = serve->add_option("--tp", o->tp, "Tensor-parallel ranks (default: the plan's)")
+                 ->check(CLI::Range(1, 64));
+  serve->add_option("--ep", o->ep,
+                    "Expert-parallel ranks, mixtures of experts (default: the plan's)")
+      ->check(CLI::Range(1, 64))
+      ->excludes(tp);
   serve->add_option("--pp", o->pp, "Pipeline stages (default: the plan's)")
       ->check(CLI::Range(1, 64));
   serve->add_option("--host", o->host, "Address to listen on")->capture_default_str();

@@ -139,7 +139,7 @@ int Plan(const PlanOptions& o) {
                  {"decode_bytes_per_s_shared", in.rank.decode_bytes_per_s_shared},
                  {"prompt_flops", in.rank.prompt_flops}};
     for (const auto& p : all) {
-      nlohmann::json e = {{"tp", p.tp}, {"pp", p.pp}, {"feasible", p.feasible}};
+      nlohmann::json e = {{"tp", p.tp}, {"ep", p.ep}, {"pp", p.pp}, {"feasible", p.feasible}};
       if (p.feasible) {
         e["decode_tokens_per_s"] = p.decode_tokens_per_s;
         e["prompt_tokens_per_s"] = p.prompt_tokens_per_s;
@@ -151,7 +151,7 @@ int Plan(const PlanOptions& o) {
       }
       j["plans"].push_back(e);
     }
-    if (best != nullptr) j["pick"] = {{"tp", best->tp}, {"pp", best->pp}};
+    if (best != nullptr) j["pick"] = {{"tp", best->tp}, {"ep", best->ep}, {"pp", best->pp}};
     std::printf("%s\n", j.dump().c_str());
     return best != nullptr ? 0 : 1;
   }
@@ -183,7 +183,7 @@ int Plan(const PlanOptions& o) {
   std::printf("%-10s %12s %12s %11s %11s  %s\n", "plan", "gen tok/s", "prompt tok/s", "compute ms",
               "link ms", "layout");
   for (const auto& p : all) {
-    const std::string name = "tp" + std::to_string(p.tp) + " pp" + std::to_string(p.pp);
+    const std::string name = p.Name();
     if (!p.feasible) {
       std::printf("%-10s %12s  %s\n", name.c_str(), "-", p.why_not.c_str());
       continue;

@@ -94,6 +94,7 @@ int Generate(const RunOptions& o, model::ForwardPass& forward, const text::Token
     j["finish_reason"] = engine::FinishReasonName(result->finish);
     j["seed"] = gen.sampling.seed;
     j["tp"] = o.pod.tp;
+    j["ep"] = o.pod.ep;
     j["pp"] = o.pod.pp;
     j["timings"] = {{"load_s", load_seconds},
                     {"prompt_tokens", t.prompt_tokens},
@@ -116,7 +117,7 @@ int Generate(const RunOptions& o, model::ForwardPass& forward, const text::Token
       result->generated.size(), t.DecodeTokensPerSecond(),
       std::string(engine::FinishReasonName(result->finish)).c_str(),
       static_cast<unsigned long long>(gen.sampling.seed), threads,
-      o.pod.distributed() ? StrCat(" per rank | tp ", o.pod.tp, " x pp ", o.pod.pp).c_str() : "");
+      o.pod.distributed() ? StrCat(" per rank | ", o.pod.Describe()).c_str() : "");
   return 0;
 }
 

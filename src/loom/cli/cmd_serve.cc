@@ -183,7 +183,7 @@ int RunServe(const ServeOptions& o) {
   const std::string host =
       o.host.find(':') != std::string::npos && o.host.front() != '[' ? "[" + o.host + "]" : o.host;
   const std::string pod =
-      b.pod != nullptr ? StrCat(" per rank, tp ", o.pod.tp, " x pp ", o.pod.pp) : std::string();
+      b.pod != nullptr ? StrCat(" per rank, ", o.pod.Describe()) : std::string();
   std::printf("loom serve: %s://%s:%d/ (model %s, %lld slots, context %lld, %d threads%s%s)\n",
               tls ? "https" : "http", host.c_str(), (*server)->port(), so.model_id.c_str(),
               static_cast<long long>(b.forward->n_slots()),

@@ -21,6 +21,11 @@ void AddPodFlags(CLI::App& app, PodFlags& f) {
   app.add_option("--tp", f.tp, "Tensor-parallel ranks (every layer split across them)")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
+  app.add_option("--ep", f.ep,
+                 "Expert-parallel ranks (mixtures of experts: each layer's experts split across "
+                 "them, attention heads as --tp; not with --tp)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
   app.add_option("--pp", f.pp, "Pipeline-parallel stages (consecutive layers per stage)")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
@@ -59,7 +64,7 @@ std::vector<std::string> OwnCommandLine() {
 
 int SelfLaunch(const PodFlags& flags, const char* command) {
   cluster::LaunchSpec spec;
-  spec.num_ranks = flags.tp * flags.pp;
+  spec.num_ranks = flags.world_size();
   spec.backend = flags.backend;
   spec.self_exe = base::SelfExecutable();
   spec.command = OwnCommandLine();
@@ -86,12 +91,18 @@ parallel::PodRank PodSession::rank() const {
 StatusOr<std::unique_ptr<PodSession>> JoinPod(const PodFlags& flags, engine::LoadOptions load) {
   auto s = std::make_unique<PodSession>();
   LOOM_ASSIGN_OR_RETURN(s->world, comm::CreateGroupFromEnvironment());
-  if (s->world->size() != flags.tp * flags.pp) {
-    return InvalidArgumentError("the group has ", s->world->size(), " ranks but --tp ", flags.tp,
-                                " x --pp ", flags.pp, " needs ", flags.tp * flags.pp);
+  if (flags.tp > 1 && flags.ep > 1) {
+    return InvalidArgumentError("--tp and --ep cannot be combined: --ep splits attention heads as "
+                                "--tp does, and experts besides");
+  }
+  if (s->world->size() != flags.world_size()) {
+    return InvalidArgumentError("the group has ", s->world->size(), " ranks but --",
+                                flags.ep > 1 ? "ep " : "tp ", flags.tp * flags.ep, " x --pp ",
+                                flags.pp, " needs ", flags.world_size());
   }
   parallel::PlanRequest request;
   request.tp = flags.tp;
+  request.ep = flags.ep;
   request.pp = flags.pp;
   request.context = load.context;
   request.n_slots = load.n_slots;

@@ -1,4 +1,5 @@
-// Running a command as a pod: `--tp T --pp P` on `loom run` (and `loom serve`).  Under `loom launch`
+// Running a command as a pod: `--tp T --pp P` (or `--ep E --pp P` for mixtures of experts) on
+// `loom run` (and `loom serve`).  Under `loom launch`
 // (LOOM_RANK in the environment) each process joins the group the launcher made; started without
 // it, the command starts its T x P local ranks itself by running its own command line under the
 // launcher, and rank 0's output comes through unchanged.
@@ -21,10 +22,17 @@ namespace loom::cli {
 
 struct PodFlags {
   int tp = 1;
+  int ep = 1;  // expert-parallel ranks per stage (a group of ep ranks instead of tp)
   int pp = 1;
   std::string backend = "shm";  // for ranks this command starts itself
   std::string stage_layers;     // "11,11": layers per pipeline stage ("" = split evenly)
-  bool distributed() const { return tp * pp > 1; }
+  int world_size() const { return tp * ep * pp; }
+  bool distributed() const { return world_size() > 1; }
+  // "tp 2 x pp 1", or "ep 2 x pp 1" with experts split.
+  std::string Describe() const {
+    return (ep > 1 ? "ep " + std::to_string(ep) : "tp " + std::to_string(tp)) + " x pp " +
+           std::to_string(pp);
+  }
 };
 void AddPodFlags(CLI::App& app, PodFlags& flags);
 
@@ -32,7 +40,7 @@ void AddPodFlags(CLI::App& app, PodFlags& flags);
 // not one of a launched group's ranks).
 bool NeedsSelfLaunch(const PodFlags& flags);
 
-// Runs this process's own command line as tp x pp local ranks and waits for them.  Returns the exit
+// Runs this process's own command line as world_size() local ranks and waits for them.  Returns the exit
 // code (non-zero with a message naming the failing rank).
 int SelfLaunch(const PodFlags& flags, const char* command);
 

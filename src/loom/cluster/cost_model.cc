@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
+#include <cstdint>
 #include <memory>
 #include <thread>
 
@@ -26,8 +28,11 @@ int64_t TensorBytes(const model::ModelFile& file, const char* name) {
 
 // Weight bytes a rank reads per decode step: everything it holds (its slice of the output head
 // included), except the embedding table, of which a token reads one row; a tied head reads its
-// vocabulary slice of the table.
-double DecodeReadBytes(const model::ModelFile& file, const parallel::RankPlan& r) {
+// vocabulary slice of the table.  Of a mixture of experts' stacked expert tensors a token reads
+// `active` experts' share (k, or under expert parallelism the busiest rank's expected count:
+// every layer's all-reduce waits for it).
+double DecodeReadBytes(const model::ModelFile& file, const parallel::RankPlan& r,
+                       double active = -1) {
   const model::HParams& hp = file.hparams;
   double bytes = static_cast<double>(r.weight_bytes);
   const double embd = static_cast<double>(TensorBytes(file, "token_embd.weight"));
@@ -36,15 +41,16 @@ double DecodeReadBytes(const model::ModelFile& file, const parallel::RankPlan& r
     bytes += embd * static_cast<double>(r.shard.vocab_count) / static_cast<double>(hp.vocab_size);
   }
   if (hp.is_moe()) {
-    // A token reads n_experts_used of each layer's n_experts experts (router, attention and shared
-    // experts whole): of the stacked expert tensors that share.
-    const double unused =
-        1.0 - static_cast<double>(hp.n_experts_used) / static_cast<double>(hp.n_experts);
+    // Router, attention and shared experts are read whole; of the experts, `active` of n.
+    if (active < 0) active = static_cast<double>(hp.n_experts_used);
+    const int64_t held = r.shard.n_experts < 0 ? hp.n_experts : r.shard.n_experts;
+    const double n = static_cast<double>(hp.n_experts);
     for (const auto& [name, t] : file.tensors) {
       if (name.find("_exps.") == std::string::npos) continue;
       const int64_t layer = parallel::TensorLayer(name);
       if (layer < r.shard.layer_begin || layer >= r.shard.layer_end) continue;
-      bytes -= unused * static_cast<double>(t.size_bytes + 2 * t.scales_bytes);
+      const double size = static_cast<double>(t.size_bytes + 2 * t.scales_bytes);
+      bytes += size * (active - static_cast<double>(held)) / n;
     }
   }
   return std::max(0.0, bytes);
@@ -101,13 +107,16 @@ class SpinBarrier {
   std::atomic<int64_t> generation_{0};
 };
 
+// `tp` is the group size: tensor-parallel ranks, or for a mixture of experts expert-parallel ones
+// (TP of its experts is not built).
 Prediction Predict(const model::ModelFile& file, const CostInputs& in, int tp, int pp) {
   const model::HParams& hp = file.hparams;
   Prediction p;
-  p.tp = tp;
+  (hp.is_moe() ? p.ep : p.tp) = tp;
   p.pp = pp;
   parallel::PlanRequest req;
-  req.tp = tp;
+  req.tp = p.tp;
+  req.ep = p.ep;
   req.pp = pp;
   req.context = in.context;
   if (static_cast<int>(in.rank_memory.size()) >= tp * pp) {
@@ -140,10 +149,16 @@ Prediction Predict(const model::ModelFile& file, const CostInputs& in, int tp, i
     const int64_t layers =
         p.plan.rank(s * tp).shard.layer_end - p.plan.rank(s * tp).shard.layer_begin;
     double read = 0, elems = 0;
+    std::vector<int64_t> groups;  // experts per rank of the stage
+    for (int t = 0; t < tp; ++t) groups.push_back(p.plan.rank(s * tp + t).shard.n_experts);
+    const double active = p.plan.ep ? ExpectedBusiestExperts(groups, hp.n_experts_used) : -1.0;
     for (int t = 0; t < tp; ++t) {
       const parallel::RankPlan& r = p.plan.rank(s * tp + t);
-      read = std::max(read, DecodeReadBytes(file, r));
-      elems = std::max(elems, DecodeReadBytes(file, r) * elems_per_byte);
+      read = std::max(read, DecodeReadBytes(file, r, active));
+      // Prompts: a chunk's tokens spread over the experts, each rank computes its share.
+      elems = std::max(elems, DecodeReadBytes(file, r, static_cast<double>(hp.n_experts_used) /
+                                                           tp) *
+                                  elems_per_byte);
     }
     decode_compute += read / (tp > 1 ? shared : alone);
     // One-shot all-reduce: each rank sends its vector to the tp - 1 others.
@@ -185,13 +200,52 @@ std::vector<Prediction> PredictAll(const model::ModelFile& file, const CostInput
   return out;
 }
 
+// E[max] = sum over m >= 0 of P(max > m), with
+// P(max <= m) = [x^k] prod_r sum_{c <= m} C(group[r], c) x^c / C(n, k).
+double ExpectedBusiestExperts(const std::vector<int64_t>& group, int64_t k) {
+  if (group.size() <= 1) return static_cast<double>(k);
+  auto choose = [](int64_t a, int64_t b) {
+    if (b < 0 || b > a) return 0.0;
+    double c = 1.0;  // exact in double well past any model's C(n, k)
+    for (int64_t i = 1; i <= b; ++i) c = c * static_cast<double>(a - b + i) / static_cast<double>(i);
+    return c;
+  };
+  int64_t n = 0;
+  for (int64_t g : group) n += g;
+  const double all = choose(n, k);
+  double expected = 0;
+  for (int64_t m = 0; m < k; ++m) {
+    std::vector<double> ways(static_cast<size_t>(k + 1), 0.0);  // [j]: ways to pick j so far
+    ways[0] = 1.0;
+    for (int64_t g : group) {
+      std::vector<double> next(ways.size(), 0.0);
+      for (int64_t j = 0; j <= k; ++j) {
+        if (ways[static_cast<size_t>(j)] == 0) continue;
+        for (int64_t c = 0; c <= std::min(m, g) && j + c <= k; ++c) {
+          next[static_cast<size_t>(j + c)] += ways[static_cast<size_t>(j)] * choose(g, c);
+        }
+      }
+      ways.swap(next);
+    }
+    expected += 1.0 - ways[static_cast<size_t>(k)] / all;
+  }
+  return expected;
+}
+
+std::string SplitName(int tp, int ep, int pp) {
+  return (ep > 1 ? "ep" + std::to_string(ep) : "tp" + std::to_string(tp)) + " pp" +
+         std::to_string(pp);
+}
+
+std::string Prediction::Name() const { return SplitName(tp, ep, pp); }
+
 const Prediction* PickBest(const std::vector<Prediction>& predictions) {
   const Prediction* best = nullptr;
   for (const Prediction& p : predictions) {
     if (!p.feasible) continue;
     if (best == nullptr || p.decode_tokens_per_s > best->decode_tokens_per_s * 1.0001 ||
         (p.decode_tokens_per_s > best->decode_tokens_per_s * 0.9999 &&
-         p.tp * p.pp < best->tp * best->pp)) {
+         p.ranks() < best->ranks())) {
       best = &p;
     }
   }

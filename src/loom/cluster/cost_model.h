@@ -47,7 +47,11 @@ struct CostInputs {
 
 struct Prediction {
   int tp = 1;
+  int ep = 1;  // mixtures of experts split their groups by experts (tp stays 1)
   int pp = 1;
+  int group() const { return tp * ep; }  // ranks per stage
+  int ranks() const { return tp * ep * pp; }
+  std::string Name() const;  // "tp2 pp1", "ep2 pp1"
   bool feasible = false;
   std::string why_not;  // when not feasible
   double decode_tokens_per_s = 0;
@@ -57,7 +61,18 @@ struct Prediction {
   parallel::ParallelPlan plan;
 };
 
-// Every (tp, pp) with tp * pp <= ranks, feasible or not (with the reason).
+// Expected number of experts the busiest rank of an expert-parallel group computes for one token
+// in one layer: k experts out of n chosen at random (uniformly, without replacement), rank r
+// holding group[r] of them (n = their sum); exact.  Real routers are trained to balance their
+// experts' load over many tokens, not to spread one token's choices, so uniform choice is the
+// cost model's assumption (docs/parallel.md).  One group: k.
+double ExpectedBusiestExperts(const std::vector<int64_t>& group, int64_t k);
+
+// "tp2 pp1", or "ep2 pp1" for an expert-parallel group (ep > 1).
+std::string SplitName(int tp, int ep, int pp);
+
+// Every (group, pp) with group * pp <= ranks, feasible or not (with the reason); the group is tp
+// ranks, or ep for mixtures of experts.
 std::vector<Prediction> PredictAll(const model::ModelFile& file, const CostInputs& in);
 
 // The feasible plan with the highest generation speed (ties: fewer ranks); null when none.

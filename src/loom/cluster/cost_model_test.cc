@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <algorithm>
 #include <sstream>
 
 #include "loom/cluster/profiles.h"
@@ -50,12 +51,41 @@ int64_t Bytes(const model::ModelFile& f, const std::string& part) {
   return n;
 }
 
+// The plan with `group` ranks per stage (tensor- or, for mixtures of experts, expert-parallel).
 const Prediction& Find(const std::vector<Prediction>& all, int tp, int pp) {
   for (const Prediction& p : all) {
-    if (p.tp == tp && p.pp == pp) return p;
+    if (p.group() == tp && p.pp == pp) return p;
   }
   ADD_FAILURE() << "no plan tp" << tp << " pp" << pp;
   return all.front();
+}
+
+// The busiest rank's expected expert count against enumerating every choice of k experts.
+TEST(CostModelTest, ExpectedBusiestExpertsMatchesEnumeration) {
+  struct Case {
+    std::vector<int64_t> group;
+    int64_t k;
+  };
+  for (const Case& c : {Case{{4, 4}, 2}, Case{{3, 3, 2}, 2}, Case{{4, 4, 4, 4}, 4},
+                        Case{{3, 2, 2}, 3}, Case{{8}, 3}, Case{{5, 5}, 5}}) {
+    int64_t n = 0;
+    std::vector<int> owner;
+    for (size_t r = 0; r < c.group.size(); ++r) {
+      for (int64_t e = 0; e < c.group[r]; ++e) owner.push_back(static_cast<int>(r));
+      n += c.group[r];
+    }
+    double sum = 0;
+    int64_t choices = 0;
+    for (uint32_t mask = 0; mask < (1u << n); ++mask) {
+      if (__builtin_popcount(mask) != c.k) continue;
+      std::vector<int64_t> count(c.group.size(), 0);
+      for (int64_t e = 0; e < n; ++e) count[static_cast<size_t>(owner[e])] += (mask >> e) & 1;
+      sum += static_cast<double>(*std::max_element(count.begin(), count.end()));
+      ++choices;
+    }
+    EXPECT_NEAR(ExpectedBusiestExperts(c.group, c.k), sum / static_cast<double>(choices), 1e-9)
+        << c.group.size() << " ranks, k " << c.k;
+  }
 }
 
 // One rank reads every weight but the embedding table (a row of it): dense models, all of them.
@@ -248,29 +278,36 @@ TEST(CostModelTest, Qwen3OnFourM3UltrasOverThunderbolt5) {
   in.link = link->Facts();
   in.context = 8192;
   const auto all = PredictAll(**f, in);
-  ASSERT_EQ(all.size(), 8u);  // (tp, pp) with tp * pp <= 4
+  ASSERT_EQ(all.size(), 8u);  // (group, pp) with group * pp <= 4
   for (const Prediction& p : all) {
-    if (p.tp > 1) {
-      // Mixtures of experts split into pipeline stages only (docs/moe.md).
-      // (tp=3 does not divide the 64 heads, which is checked first.)
-      EXPECT_FALSE(p.feasible);
-      EXPECT_NE(p.why_not.find(p.tp == 3 ? "does not divide" : "mixture-of-experts"),
-                std::string::npos)
-          << p.why_not;
+    EXPECT_EQ(p.tp, 1);  // a mixture of experts splits its groups by experts
+    if (p.ep == 3) {
+      EXPECT_FALSE(p.feasible);  // 3 does not divide the 64 heads
+      EXPECT_NE(p.why_not.find("does not divide"), std::string::npos) << p.why_not;
       continue;
     }
     ASSERT_TRUE(p.feasible) << p.why_not;
     EXPECT_GT(p.decode_tokens_per_s, 0);
     EXPECT_GT(p.prompt_tokens_per_s, 0);
+    EXPECT_EQ(p.plan.ep, p.ep > 1);
   }
   // Stages run one after another: the same bytes read per token and more hops, so more machines
-  // in a pipeline predict fewer tokens/s (the cost model says TP would be what speeds decode up).
+  // in a pipeline predict fewer tokens/s.
   const Prediction& one = Find(all, 1, 1);
   const Prediction& four = Find(all, 1, 4);
   EXPECT_NEAR(four.decode_compute_s, one.decode_compute_s, 1e-9);
   EXPECT_GT(four.decode_link_s, one.decode_link_s);
   EXPECT_LT(four.decode_tokens_per_s, one.decode_tokens_per_s);
-  EXPECT_EQ(PickBest(all), &one);
+  // Expert parallelism: attention halves, and the busiest rank computes more than k / 2 of a
+  // token's 8 experts (5.1 of them expected with 2 ranks, 3.3 with 4), so reads shrink by less
+  // than the rank count; over RDMA the all-reduces cost little, so 4 ranks decode fastest.
+  const Prediction& ep2 = Find(all, 2, 1);
+  const Prediction& ep4 = Find(all, 4, 1);
+  EXPECT_LT(ep2.decode_compute_s, one.decode_compute_s * 0.7);
+  EXPECT_GT(ep2.decode_compute_s, one.decode_compute_s * 0.5);
+  EXPECT_LT(ep4.decode_compute_s, ep2.decode_compute_s * 0.75);
+  EXPECT_GT(ep4.decode_compute_s, one.decode_compute_s * 0.25);
+  EXPECT_EQ(PickBest(all), &ep4);
   // Active bytes: about 22B parameters at 4.5 bits, at 0.8 x 819 GB/s.
   const double active = static_cast<double>(model::CountParameters(**f).active_bytes_per_token);
   EXPECT_NEAR(one.decode_compute_s, active / (0.8 * 819e9), 0.02 * one.decode_compute_s);

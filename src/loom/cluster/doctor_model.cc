@@ -37,26 +37,29 @@ std::string LinkText(const LinkFacts& l) {
 enum class Kind { kSingle, kTensor, kPipeline, kHybrid };
 
 Kind KindOf(const Prediction& p) {
-  if (p.tp == 1 && p.pp == 1) return Kind::kSingle;
+  if (p.group() == 1 && p.pp == 1) return Kind::kSingle;
   if (p.pp == 1) return Kind::kTensor;
-  if (p.tp == 1) return Kind::kPipeline;
+  if (p.group() == 1) return Kind::kPipeline;
   return Kind::kHybrid;
 }
 
-std::string Short(const Prediction& p) {
-  return "tp" + std::to_string(p.tp) + " pp" + std::to_string(p.pp);
-}
+std::string Short(const Prediction& p) { return p.Name(); }
+
+// "tensor parallel" or, splitting experts, "expert parallel".
+std::string GroupKind(const Prediction& p) { return p.ep > 1 ? "expert" : "tensor"; }
 
 std::string Name(const Prediction& p) {
   switch (KindOf(p)) {
     case Kind::kSingle:
       return "one machine, no split (" + Short(p) + ")";
     case Kind::kTensor:
-      return "tensor parallel over " + std::to_string(p.tp) + " machines (" + Short(p) + ")";
+      return GroupKind(p) + " parallel over " + std::to_string(p.group()) + " machines (" +
+             Short(p) + ")";
     case Kind::kPipeline:
       return "a pipeline of " + std::to_string(p.pp) + " stages (" + Short(p) + ")";
     case Kind::kHybrid:
-      return "tensor-parallel groups of " + std::to_string(p.tp) + " in " + std::to_string(p.pp) +
+      return GroupKind(p) + "-parallel groups of " + std::to_string(p.group()) + " in " +
+             std::to_string(p.pp) +
              " pipeline stages (" + Short(p) + ")";
   }
   return Short(p);
@@ -71,7 +74,7 @@ std::string Numbers(const Prediction& p) {
 json PlansJson(const std::vector<Prediction>& all, const Prediction* best) {
   json plans = json::array();
   for (const Prediction& p : all) {
-    json e = {{"tp", p.tp}, {"pp", p.pp}, {"feasible", p.feasible}};
+    json e = {{"tp", p.tp}, {"ep", p.ep}, {"pp", p.pp}, {"feasible", p.feasible}};
     if (p.feasible) {
       e["decode_tokens_per_s"] = p.decode_tokens_per_s;
       e["prompt_tokens_per_s"] = p.prompt_tokens_per_s;
@@ -90,6 +93,7 @@ json PlansJson(const std::vector<Prediction>& all, const Prediction* best) {
 json PickJson(const Prediction* best) {
   if (best == nullptr) return nullptr;
   return {{"tp", best->tp},
+          {"ep", best->ep},
           {"pp", best->pp},
           {"name", Name(*best)},
           {"decode_tokens_per_s", best->decode_tokens_per_s},

@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "loom/cluster/cost_model.h"
 #include "loom/cluster/doctor.h"
 
 namespace loom::cluster {
@@ -149,7 +150,7 @@ void Model(std::ostringstream& out, const json& m) {
   for (size_t i = 0; i < plans.size(); ++i) {
     const json& p = plans[i];
     const std::string name =
-        "tp" + std::to_string(p["tp"].get<int>()) + " pp" + std::to_string(p["pp"].get<int>());
+        SplitName(p["tp"].get<int>(), p.value("ep", 1), p["pp"].get<int>());
     char buf[400];
     if (!p["feasible"].get<bool>()) {
       std::snprintf(buf, sizeof(buf), "  %-9s %11s    %s", name.c_str(), "-",

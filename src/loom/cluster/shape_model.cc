@@ -334,6 +334,9 @@ StatusOr<std::unique_ptr<model::ModelFile>> ShapeFromConfig(const std::string& t
   }
   LOOM_ASSIGN_OR_RETURN(const int64_t used, Int(c, "num_experts_per_tok", name, 0, false));
   LOOM_ASSIGN_OR_RETURN(const int64_t shared, Int(c, "n_shared_experts", name, 0, false));
+  // Qwen2-MoE's one shared expert has a width of its own (and a gate vector).
+  LOOM_ASSIGN_OR_RETURN(const int64_t shared_width,
+                        Int(c, "shared_expert_intermediate_size", name, 0, false));
   LOOM_ASSIGN_OR_RETURN(const int64_t expert_ffn,
                         Int(c, "moe_intermediate_size", name, hp.ffn_dim, false));
   LOOM_ASSIGN_OR_RETURN(const int64_t first_dense, Int(c, "first_k_dense_replace", name, 0, false));
@@ -346,6 +349,8 @@ StatusOr<std::unique_ptr<model::ModelFile>> ShapeFromConfig(const std::string& t
     hp.n_experts = experts;
     hp.n_experts_used = used;
     hp.expert_ffn_dim = expert_ffn;
+    hp.n_shared_experts = shared_width > 0 ? 1 : shared;
+    hp.shared_ffn_dim = shared_width;
   }
   std::vector<bool> dense_only(static_cast<size_t>(hp.n_layers), experts == 0);
   for (int64_t l = 0; l < hp.n_layers; ++l) {
@@ -434,11 +439,13 @@ StatusOr<std::unique_ptr<model::ModelFile>> ShapeFromConfig(const std::string& t
     b.Matrix(p + "ffn_gate_exps.weight", {experts, expert_ffn, d});
     b.Matrix(p + "ffn_up_exps.weight", {experts, expert_ffn, d});
     b.Matrix(p + "ffn_down_exps.weight", {experts, d, expert_ffn});
-    if (shared > 0) {
-      b.Matrix(p + "ffn_gate_shexp.weight", {shared * expert_ffn, d});
-      b.Matrix(p + "ffn_up_shexp.weight", {shared * expert_ffn, d});
-      b.Matrix(p + "ffn_down_shexp.weight", {d, shared * expert_ffn});
+    const int64_t sw = shared_width > 0 ? shared_width : shared * expert_ffn;
+    if (sw > 0) {
+      b.Matrix(p + "ffn_gate_shexp.weight", {sw, d});
+      b.Matrix(p + "ffn_up_shexp.weight", {sw, d});
+      b.Matrix(p + "ffn_down_shexp.weight", {d, sw});
     }
+    if (shared_width > 0) b.Vector(p + "ffn_gate_inp_shexp.weight", d);
   }
   m->metadata["general.architecture"] = hp.arch;
   m->metadata["planner.source"] =

@@ -146,6 +146,21 @@ Status BindLlamaTensors(const ModelFile& file, TransformerWeights* w) {
   return OkStatus();
 }
 
+Status BindSharedExperts(const ModelFile& file, const std::string& p, TransformerWeights* w,
+                         LayerWeights& L) {
+  const HParams& hp = w->hp;
+  const LocalDims& d = w->local;
+  const int64_t s = hp.shared_ffn();
+  LOOM_ASSIGN_OR_RETURN(L.shexp_gate, BindRows(file, p + "ffn_gate_shexp.weight", s, hp.dim,
+                                               d.shared_begin, d.shared_dim));
+  LOOM_ASSIGN_OR_RETURN(L.shexp_up, BindRows(file, p + "ffn_up_shexp.weight", s, hp.dim,
+                                             d.shared_begin, d.shared_dim));
+  LOOM_ASSIGN_OR_RETURN(L.shexp_down, BindCols(file, p + "ffn_down_shexp.weight", hp.dim, s,
+                                               d.shared_begin, d.shared_dim, w));
+  L.shexp_down.k_leaves = kernels::SliceKLeaves(L.shexp_down, s, d.shared_begin);
+  return OkStatus();
+}
+
 Status BindExperts(const ModelFile& file, TransformerWeights* w) {
   const HParams& hp = w->hp;
   const LocalDims& d = w->local;

@@ -49,6 +49,10 @@ Status BindLlamaTensors(const ModelFile& file, TransformerWeights* weights);
 // The routers and experts of a mixture-of-experts model (ffn_gate_inp, ffn_{gate,up,down}_exps),
 // for the shard's layers; BindLlamaTensors leaves the feed-forward matrices of such models unbound.
 Status BindExperts(const ModelFile& file, TransformerWeights* weights);
+// Layer L's (prefix p, "blk.N.") shared experts ffn_{gate,up,down}_shexp, hp.shared_ffn() columns
+// wide: the shard's columns of them (weights->local.shared_begin, shared_dim).
+Status BindSharedExperts(const ModelFile& file, const std::string& p, TransformerWeights* weights,
+                         LayerWeights& L);
 
 Status BindLlama(const ModelFile& file, TransformerWeights* weights);      // arch_llama.cc
 Status BindQwen2(const ModelFile& file, TransformerWeights* weights);      // arch_qwen2.cc

@@ -21,17 +21,20 @@ bool Has(const ModelFile& file, const std::string& name) { return file.tensors.c
 Status BindAttention(const ModelFile& file, const std::string& p, TransformerWeights* w,
                      LayerWeights& L) {
   const HParams& hp = w->hp;
+  const LocalDims& d = w->local;
   const int64_t heads = hp.n_heads, hd = hp.head_dim, rank = hp.kv_lora_rank;
   const int64_t nope = hd - hp.rope_dim, vd = hp.v_head_dim;
+  const int64_t h0 = d.head_begin, nh = d.n_heads;  // the shard's query heads
   LOOM_ASSIGN_OR_RETURN(L.attn_norm, BindVector(file, p + "attn_norm.weight", hp.dim, w));
   if (hp.q_lora_rank > 0) {
     LOOM_ASSIGN_OR_RETURN(L.wq_a, BindMatrix(file, p + "attn_q_a.weight", hp.q_lora_rank, hp.dim));
     LOOM_ASSIGN_OR_RETURN(L.q_a_norm,
                           BindVector(file, p + "attn_q_a_norm.weight", hp.q_lora_rank, w));
-    LOOM_ASSIGN_OR_RETURN(L.wq_b,
-                          BindMatrix(file, p + "attn_q_b.weight", heads * hd, hp.q_lora_rank));
+    LOOM_ASSIGN_OR_RETURN(L.wq_b, BindRows(file, p + "attn_q_b.weight", heads * hd,
+                                           hp.q_lora_rank, h0 * hd, nh * hd));
   } else {
-    LOOM_ASSIGN_OR_RETURN(L.wq, BindMatrix(file, p + "attn_q.weight", heads * hd, hp.dim));
+    LOOM_ASSIGN_OR_RETURN(
+        L.wq, BindRows(file, p + "attn_q.weight", heads * hd, hp.dim, h0 * hd, nh * hd));
   }
   LOOM_ASSIGN_OR_RETURN(L.wkv_a,
                         BindMatrix(file, p + "attn_kv_a_mqa.weight", rank + hp.rope_dim, hp.dim));
@@ -45,35 +48,37 @@ Status BindAttention(const ModelFile& file, const std::string& p, TransformerWei
                           file.Find(p + "attn_k_b.weight", {heads, rank, nope}));
     LOOM_ASSIGN_OR_RETURN(const TensorInfo* vb,
                           file.Find(p + "attn_v_b.weight", {heads, vd, rank}));
-    L.wk_b = kb->matrix();
-    L.wv_b = vb->matrix();
+    L.wk_b = kb->matrix().RowRange(h0 * rank, nh * rank);
+    L.wv_b = vb->matrix().RowRange(h0 * vd, nh * vd);
   } else {
-    LOOM_ASSIGN_OR_RETURN(L.wkv_b,
-                          BindMatrix(file, p + "attn_kv_b.weight", heads * (nope + vd), rank));
+    LOOM_ASSIGN_OR_RETURN(L.wkv_b, BindRows(file, p + "attn_kv_b.weight", heads * (nope + vd),
+                                            rank, h0 * (nope + vd), nh * (nope + vd)));
   }
-  LOOM_ASSIGN_OR_RETURN(L.wo, BindMatrix(file, p + "attn_output.weight", hp.dim, heads * vd));
+  LOOM_ASSIGN_OR_RETURN(L.wo, BindCols(file, p + "attn_output.weight", hp.dim, heads * vd,
+                                       h0 * vd, nh * vd, w));
+  L.wo.k_leaves = kernels::SliceKLeaves(L.wo, heads * vd, h0 * vd);
   return OkStatus();
 }
 
 Status BindFeedForward(const ModelFile& file, int64_t l, const std::string& p,
                        TransformerWeights* w, LayerWeights& L) {
   const HParams& hp = w->hp;
+  const LocalDims& d = w->local;
   LOOM_ASSIGN_OR_RETURN(L.ffn_norm, BindVector(file, p + "ffn_norm.weight", hp.dim, w));
   if (!hp.is_moe_layer(l)) {
-    LOOM_ASSIGN_OR_RETURN(L.w_gate, BindMatrix(file, p + "ffn_gate.weight", hp.ffn_dim, hp.dim));
-    LOOM_ASSIGN_OR_RETURN(L.w_up, BindMatrix(file, p + "ffn_up.weight", hp.ffn_dim, hp.dim));
-    LOOM_ASSIGN_OR_RETURN(L.w_down, BindMatrix(file, p + "ffn_down.weight", hp.dim, hp.ffn_dim));
+    LOOM_ASSIGN_OR_RETURN(L.w_gate, BindRows(file, p + "ffn_gate.weight", hp.ffn_dim, hp.dim,
+                                             d.ffn_begin, d.ffn_dim));
+    LOOM_ASSIGN_OR_RETURN(
+        L.w_up, BindRows(file, p + "ffn_up.weight", hp.ffn_dim, hp.dim, d.ffn_begin, d.ffn_dim));
+    LOOM_ASSIGN_OR_RETURN(L.w_down, BindCols(file, p + "ffn_down.weight", hp.dim, hp.ffn_dim,
+                                             d.ffn_begin, d.ffn_dim, w));
+    L.w_down.k_leaves = kernels::SliceKLeaves(L.w_down, hp.ffn_dim, d.ffn_begin);
     return OkStatus();
   }
   if (Has(file, p + "exp_probs_b.bias")) {
     LOOM_ASSIGN_OR_RETURN(L.expert_bias, BindVector(file, p + "exp_probs_b.bias", hp.n_experts, w));
   }
-  if (hp.n_shared_experts > 0) {
-    const int64_t s = hp.n_shared_experts * hp.expert_ffn_dim;
-    LOOM_ASSIGN_OR_RETURN(L.shexp_gate, BindMatrix(file, p + "ffn_gate_shexp.weight", s, hp.dim));
-    LOOM_ASSIGN_OR_RETURN(L.shexp_up, BindMatrix(file, p + "ffn_up_shexp.weight", s, hp.dim));
-    LOOM_ASSIGN_OR_RETURN(L.shexp_down, BindMatrix(file, p + "ffn_down_shexp.weight", hp.dim, s));
-  }
+  if (hp.n_shared_experts > 0) LOOM_RETURN_IF_ERROR(BindSharedExperts(file, p, w, L));
   return OkStatus();
 }
 

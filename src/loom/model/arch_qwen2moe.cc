@@ -18,13 +18,10 @@ Status BindQwen2Moe(const ModelFile& file, TransformerWeights* w) {
   }
   LOOM_RETURN_IF_ERROR(BindQwen2(file, w));
   const LocalDims& d = w->local;
-  const int64_t s = hp.shared_ffn();
   for (int64_t l = d.layer_begin; l < d.layer_end; ++l) {
     LayerWeights& L = w->layers[static_cast<size_t>(l - d.layer_begin)];
     const std::string p = "blk." + std::to_string(l) + ".";
-    LOOM_ASSIGN_OR_RETURN(L.shexp_gate, BindMatrix(file, p + "ffn_gate_shexp.weight", s, hp.dim));
-    LOOM_ASSIGN_OR_RETURN(L.shexp_up, BindMatrix(file, p + "ffn_up_shexp.weight", s, hp.dim));
-    LOOM_ASSIGN_OR_RETURN(L.shexp_down, BindMatrix(file, p + "ffn_down_shexp.weight", hp.dim, s));
+    LOOM_RETURN_IF_ERROR(BindSharedExperts(file, p, w, L));
     LOOM_ASSIGN_OR_RETURN(L.shexp_gate_inp,
                           BindVector(file, p + "ffn_gate_inp_shexp.weight", hp.dim, w));
   }

@@ -32,11 +32,12 @@ float MlaScoreScale(const HParams& hp) {
   return static_cast<float>(mscale2 / std::sqrt(static_cast<double>(hp.head_dim)));
 }
 
-void MlaForward(const HParams& hp, const LayerWeights& L, const Batch& batch, const float* x,
+void MlaForward(const HParams& hp, const LayerWeights& L, int64_t heads, const Batch& batch,
+                const float* x,
                 const float* cos_sin, int64_t cs_stride, KvCache& cache, int64_t layer, float* att,
                 MlaScratch& s, kernels::Workspace& ws, base::ThreadPool& pool) {
   const int64_t n = static_cast<int64_t>(batch.tokens.size());
-  const int64_t heads = hp.n_heads, hd = hp.head_dim, rd = hp.rope_dim;
+  const int64_t hd = hp.head_dim, rd = hp.rope_dim;
   const int64_t nope = hd - rd, rank = hp.kv_lora_rank, vd = hp.v_head_dim;
   const int64_t row = rank + rd;
   const int threads = pool.size();

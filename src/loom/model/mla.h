@@ -47,11 +47,14 @@ struct MlaScratch {
 // The factor attention scores are multiplied by: YaRN's mscale^2 / sqrt(head_dim).
 float MlaScoreScale(const HParams& hp);
 
-// att(n, n_heads * v_head_dim) = layer `layer`'s attention heads (before attn_output) for the
+// att(n, heads * v_head_dim) = layer `layer`'s attention heads (before attn_output) for the
 // batch's tokens, whose normalised inputs are x(n, dim); stores each token's latent and rope key
 // in cache row (layer, slot, position).  cos_sin: token i's rotation at cos_sin + i * cs_stride
-// (rope_dim values).
-void MlaForward(const HParams& hp, const LayerWeights& L, const Batch& batch, const float* x,
+// (rope_dim values).  `heads` (<= n_heads) are the query heads L holds (a tensor-parallel
+// rank's, expert parallelism: L's query, decompression and output matrices are those heads'
+// rows); every rank computes the whole latent and rope key and caches them.
+void MlaForward(const HParams& hp, const LayerWeights& L, int64_t heads, const Batch& batch,
+                const float* x,
                 const float* cos_sin, int64_t cs_stride, KvCache& cache, int64_t layer, float* att,
                 MlaScratch& s, kernels::Workspace& ws, base::ThreadPool& pool);
 

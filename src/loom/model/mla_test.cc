@@ -246,7 +246,8 @@ TEST_P(MlaTest, AbsorbedAttentionOverTheLatentCacheMatchesTheNaiveReference) {
       for (int64_t i = 0; i < n; ++i) rope.CosSin(st.positions[i], cs.data() + i * kRope);
       const Batch b{tokens, st.positions, st.slots, {}};
       std::vector<float> att(static_cast<size_t>(n * kHeads * kV));
-      MlaForward(hp, m.L, b, x.data(), cs.data(), kRope, *cache, 0, att.data(), s, ws, pool);
+      MlaForward(hp, m.L, hp.n_heads, b, x.data(), cs.data(), kRope, *cache, 0, att.data(), s, ws,
+                 pool);
       for (int64_t i = 0; i < n; ++i) {
         const std::vector<float> want =
             naive.Token(x.data() + i * kDim, st.slots[i], st.positions[i]);

@@ -141,7 +141,7 @@ void MoeForward(const HParams& hp, const LayerWeights& L, const float* x, int64_
   // The shared experts first: y may be x.
   const bool shared = L.shexp_gate.data != nullptr;
   if (shared) {
-    const int64_t sf = hp.shared_ffn();
+    const int64_t sf = L.shexp_gate.rows;  // this rank's columns of hp.shared_ffn()
     if (L.shexp_gate.type == L.shexp_up.type) {
       const k::MatrixView ws2[] = {L.shexp_gate, L.shexp_up};
       float* const ys[] = {s.sh_gate.data(), s.sh_up.data()};
@@ -173,6 +173,7 @@ void MoeForward(const HParams& hp, const LayerWeights& L, const float* x, int64_
   for (int64_t p = 0; p < n * kk; ++p) {
     const int64_t r = s.group_begin[static_cast<size_t>(s.chosen[p])]++;
     s.row_of[p] = r;
+    if (L.experts[static_cast<size_t>(s.chosen[p])].gate.data == nullptr) continue;
     std::copy_n(x + (p / kk) * dim, dim, s.xg.data() + r * dim);
   }
   for (int64_t e = n_exp; e > 0; --e) s.group_begin[e] = s.group_begin[e - 1];
@@ -182,8 +183,8 @@ void MoeForward(const HParams& hp, const LayerWeights& L, const float* x, int64_
   for (int64_t e = 0; e < n_exp; ++e) {
     const int64_t r0 = s.group_begin[e];
     const int64_t rows = s.group_begin[e + 1] - r0;
-    if (rows == 0) continue;
     const LayerWeights::Expert& ex = L.experts[static_cast<size_t>(e)];
+    if (rows == 0 || ex.gate.data == nullptr) continue;  // not chosen, or another rank's
     const k::MatrixView &gate = ex.gate, &up = ex.up, &down = ex.down;
     const float* xe = s.xg.data() + r0 * dim;
     float* ge = s.gate.data() + r0 * ffn;
@@ -200,18 +201,23 @@ void MoeForward(const HParams& hp, const LayerWeights& L, const float* x, int64_
     k::MatMul(down, ge, rows, s.yg.data() + r0 * dim, ws, pool);
   }
 
-  // Weighted sum in each token's choice order (as llama.cpp adds its weighted experts).
+  // Weighted sum in each token's choice order (as llama.cpp adds its weighted experts), over the
+  // experts this rank holds (all of them but under expert parallelism).
   for (int64_t i = 0; i < n; ++i) {
     float* out = y + i * dim;
+    bool first = true;
     for (int64_t j = 0; j < kk; ++j) {
+      if (L.experts[static_cast<size_t>(s.chosen[i * kk + j])].gate.data == nullptr) continue;
       const float w = s.weight[i * kk + j];
       const float* ye = s.yg.data() + s.row_of[i * kk + j] * dim;
-      if (j == 0) {
+      if (first) {
         for (int64_t d = 0; d < dim; ++d) out[d] = w * ye[d];
       } else {
         for (int64_t d = 0; d < dim; ++d) out[d] += w * ye[d];
       }
+      first = false;
     }
+    if (first) std::fill_n(out, dim, 0.0f);
   }
   if (shared) k::Add(s.sh_out.data(), n * dim, y);
 }

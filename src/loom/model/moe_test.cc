@@ -115,7 +115,7 @@ std::vector<std::pair<int64_t, float>> NaiveRoute(const HParams& hp, const float
 // NaiveRoute, plus the shared experts when the layer has them (times their gate when it has one).
 std::vector<float> NaiveMoe(const HParams& hp, const LayerWeights& L, const std::vector<float>& x,
                             int64_t n) {
-  const int64_t dim = hp.dim, f = hp.expert_ffn_dim;
+  const int64_t dim = hp.dim;
   std::vector<float> y(static_cast<size_t>(n * dim), 0.0f);
   auto swiglu = [&](const k::MatrixView& gate, const k::MatrixView& up, const k::MatrixView& down,
                     const float* xi, float w, float* yi) {

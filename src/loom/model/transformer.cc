@@ -53,11 +53,21 @@ StatusOr<LocalDims> ResolveShard(const ModelFile& file, const ShardSpec& s) {
                                 d.expert_begin + d.n_experts, ") outside the model's ",
                                 hp.n_experts);
   }
-  if ((hp.is_moe() || hp.is_mla()) && (d.head_begin != 0 || d.n_heads != hp.n_heads ||
-                                       d.ffn_begin != 0 || d.ffn_dim != hp.ffn_dim)) {
+  const int64_t shared = hp.n_shared_experts > 0 ? hp.shared_ffn() : 0;
+  d.shared_begin = s.shared_begin;
+  d.shared_dim = shared == 0 ? 0 : s.shared_dim < 0 ? shared - s.shared_begin : s.shared_dim;
+  if (shared > 0 && (d.shared_begin < 0 || d.shared_dim <= 0 ||
+                     d.shared_begin + d.shared_dim > shared)) {
+    return InvalidArgumentError(file.path, ": shard shared-expert columns [", d.shared_begin, ", ",
+                                d.shared_begin + d.shared_dim, ") outside the model's ", shared);
+  }
+  // A mixture of experts splits its heads and columns only together with its experts and the
+  // other way round (expert parallelism, parallel/plan.h): the ranks' outputs are summed.
+  const bool sliced = d.n_heads != hp.n_heads || d.ffn_dim != hp.ffn_dim || d.shared_dim != shared;
+  if (hp.is_moe() && sliced != (d.n_experts != hp.n_experts)) {
     return UnimplementedError(file.path,
                               ": tensor parallelism of mixture-of-experts layers is not supported "
-                              "yet; use --pp");
+                              "yet; use --pp, or --ep to split the experts across the ranks");
   }
   const int64_t group = hp.n_heads / hp.n_kv_heads;
   d.kv_head_begin = d.head_begin / group;
@@ -198,8 +208,8 @@ Status Transformer::Layers(const Batch& batch) {
       k::RmsNorm(x_.data() + i * dim, L.attn_norm, dim, hp.rms_eps, xb_.data() + i * dim);
     }
     if (hp.is_mla()) {
-      MlaForward(hp, L, batch, xb_.data(), cos_sin_.data(), hd, cache_, l, att_.data(), mla_, ws_,
-                 pool_);
+      MlaForward(hp, L, d.n_heads, batch, xb_.data(), cos_sin_.data(), hd, cache_, l, att_.data(),
+                 mla_, ws_, pool_);
     } else {
       AttentionBlock(batch, l);
     }

@@ -40,6 +40,8 @@ struct ShardSpec {
   int64_t ffn_dim = -1;      // -1: all feed-forward columns
   int64_t expert_begin = 0;  // mixture of experts: the routed experts held (expert parallelism)
   int64_t n_experts = -1;    // -1: all of them
+  int64_t shared_begin = 0;  // and the shared experts' columns held (of hp.shared_ffn())
+  int64_t shared_dim = -1;   // -1: all of them
   bool embed = true;         // holds the token embedding (first stage)
   bool head = true;          // holds the final norm and output head (last stage)
   int64_t vocab_begin = 0;   // with head: the output head's rows (vocabulary entries) held
@@ -59,6 +61,8 @@ struct LocalDims {
   int64_t ffn_dim = 0;        // feed-forward columns held
   int64_t expert_begin = 0;   // first routed expert held (mixture of experts)
   int64_t n_experts = 0;      // routed experts held
+  int64_t shared_begin = 0;   // first shared-expert column held
+  int64_t shared_dim = 0;     // shared-expert columns held (0: the model has none)
   bool embed = true;
   bool head = true;
   int64_t vocab_begin = 0;  // output head rows held (Logits computes these vocabulary entries)

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numeric>
 #include <sstream>
+#include <tuple>
 
 namespace loom::parallel {
 
@@ -48,6 +49,13 @@ int64_t ShardWeightBytes(const model::ModelFile& file, const model::ShardSpec& s
   const double q_frac = static_cast<double>(heads) / static_cast<double>(hp.n_heads);
   const double kv_frac = static_cast<double>(kv_heads) / static_cast<double>(hp.n_kv_heads);
   const double ffn_frac = static_cast<double>(ffn) / static_cast<double>(hp.ffn_dim);
+  const int64_t experts = s.n_experts < 0 ? hp.n_experts - s.expert_begin : s.n_experts;
+  const double expert_frac =
+      hp.n_experts > 0 ? static_cast<double>(experts) / static_cast<double>(hp.n_experts) : 1.0;
+  const int64_t shared_all = hp.shared_ffn();
+  const int64_t shared = s.shared_dim < 0 ? shared_all - s.shared_begin : s.shared_dim;
+  const double shared_frac =
+      shared_all > 0 ? static_cast<double>(shared) / static_cast<double>(shared_all) : 1.0;
   double bytes = 0;
   for (const auto& [name, t] : file.tensors) {
     // MLX types keep a scale and a bias per group beside the packed values.
@@ -66,7 +74,13 @@ int64_t ShardWeightBytes(const model::ModelFile& file, const model::ShardSpec& s
       continue;
     }
     if (layer < s.layer_begin || layer >= layer_end) continue;
-    if (name.find(".attn_q.") != std::string::npos || name.find(".attn_output.") != std::string::npos) {
+    auto has = [&](const char* part) { return name.find(part) != std::string::npos; };
+    if (has("_exps.")) {
+      bytes += size * expert_frac;
+    } else if (has("_shexp.")) {
+      bytes += size * shared_frac;
+    } else if (has(".attn_q.") || has(".attn_output.") || has(".attn_q_b.") ||
+               has(".attn_kv_b.") || has(".attn_k_b.") || has(".attn_v_b.")) {
       bytes += size * q_frac;
     } else if (name.find(".attn_k.") != std::string::npos ||
                name.find(".attn_v.") != std::string::npos) {
@@ -84,7 +98,7 @@ int64_t ShardWeightBytes(const model::ModelFile& file, const model::ShardSpec& s
 
 std::string ParallelPlan::Describe() const {
   std::ostringstream s;
-  s << "pp=" << pp << " tp=" << tp;
+  s << "pp=" << pp << (ep ? " ep=" : " tp=") << tp;
   for (int stage = 0; stage < pp; ++stage) {
     const RankPlan& r = ranks[static_cast<size_t>(stage * tp)];
     s << (stage ? "; " : ": ") << "stage " << stage << " layers [" << r.shard.layer_begin << ", "
@@ -104,24 +118,60 @@ StatusOr<ParallelPlan> MakePlan(const model::ModelFile& file, const PlanRequest&
     return InvalidArgumentError("plan: pp=", req.pp, " stages but the model has only ",
                                 hp.n_layers, " layers");
   }
-  if (hp.n_heads % req.tp != 0) {
-    return InvalidArgumentError("plan: tp=", req.tp, " does not divide the ", hp.n_heads,
-                                " attention heads");
+  if (req.ep < 1 || req.ep > 4096 || (req.ep > 1 && req.tp > 1)) {
+    return InvalidArgumentError("plan: ep must be between 1 and 4096, and tp 1 when ep > 1 (got ",
+                                "tp=", req.tp, ", ep=", req.ep, ")");
+  }
+  if (req.ep > 1 && !hp.is_moe()) {
+    return InvalidArgumentError("plan: ep=", req.ep,
+                                " needs a mixture-of-experts model; this one is dense (use --tp)");
   }
   if (hp.is_moe() && req.tp > 1) {
     return UnimplementedError(
-        "plan: tensor parallelism of mixture-of-experts layers is not supported yet; use --pp");
+        "plan: tensor parallelism of mixture-of-experts layers is not supported yet; use --pp, "
+        "or --ep to split the experts across the ranks");
   }
-  const int64_t heads = hp.n_heads / req.tp;
+  const bool ep = req.ep > 1;
+  const int group_size = ep ? req.ep : req.tp;  // ranks per stage
+  if (hp.n_heads % group_size != 0) {
+    return InvalidArgumentError("plan: ", ep ? "ep=" : "tp=", group_size, " does not divide the ",
+                                hp.n_heads, " attention heads");
+  }
+  if (ep && hp.n_experts < group_size) {
+    return InvalidArgumentError("plan: ep=", group_size, " ranks but only ", hp.n_experts,
+                                " experts per layer");
+  }
+  const int64_t heads = hp.n_heads / group_size;
+  const int64_t out_head = hp.is_mla() ? hp.v_head_dim : hp.head_dim;  // attn_output columns
   const int64_t out_block = ColumnBlock(file, ".attn_output.weight");
-  if ((heads * hp.head_dim) % out_block != 0) {
-    return InvalidArgumentError("plan: tp=", req.tp, " gives each rank ", heads * hp.head_dim,
+  if ((heads * out_head) % out_block != 0) {
+    return InvalidArgumentError("plan: ", group_size, " ranks give each ", heads * out_head,
                                 " attention-output columns, which cuts its blocks of ", out_block);
   }
-  const int64_t ffn_block = ColumnBlock(file, ".ffn_down.weight");
-  if (hp.ffn_dim % ffn_block != 0 || hp.ffn_dim / ffn_block < req.tp) {
-    return InvalidArgumentError("plan: the ", hp.ffn_dim, " feed-forward columns (blocks of ",
-                                ffn_block, ") cannot be split over tp=", req.tp, " ranks");
+  // Column splits in whole blocks, spread as evenly as possible (the first ranks take one more):
+  // (begin, count) of rank t.  Dense feed-forward layers (and DeepSeek's leading dense layers
+  // under ep) and shared experts.
+  auto column_split = [&](int64_t cols, int64_t block, const char* what,
+                          std::vector<std::pair<int64_t, int64_t>>* out) -> Status {
+    if (cols % block != 0 || cols / block < group_size) {
+      return InvalidArgumentError("plan: the ", cols, " ", what, " columns (blocks of ", block,
+                                  ") cannot be split over ", group_size, " ranks");
+    }
+    const int64_t blocks = cols / block, per = blocks / group_size, extra = blocks % group_size;
+    for (int64_t t = 0; t < group_size; ++t) {
+      out->push_back({(t * per + std::min(t, extra)) * block, (per + (t < extra ? 1 : 0)) * block});
+    }
+    return OkStatus();
+  };
+  std::vector<std::pair<int64_t, int64_t>> ffn_cols, shared_cols;
+  const bool dense_ffn = !hp.is_moe() || hp.n_dense_layers > 0;
+  if (dense_ffn) {
+    LOOM_RETURN_IF_ERROR(
+        column_split(hp.ffn_dim, ColumnBlock(file, ".ffn_down.weight"), "feed-forward", &ffn_cols));
+  }
+  if (hp.n_shared_experts > 0) {
+    LOOM_RETURN_IF_ERROR(column_split(hp.shared_ffn(), ColumnBlock(file, ".ffn_down_shexp.weight"),
+                                      "shared-expert", &shared_cols));
   }
 
   // Layers per stage.
@@ -169,32 +219,36 @@ StatusOr<ParallelPlan> MakePlan(const model::ModelFile& file, const PlanRequest&
   }
 
   ParallelPlan plan;
-  plan.tp = req.tp;
+  plan.tp = group_size;
   plan.pp = req.pp;
+  plan.ep = ep;
   const int64_t ctx = req.context > 0 ? req.context : hp.context_length;
-  const int64_t ffn_blocks = hp.ffn_dim / ffn_block;
   int64_t layer = 0;
   for (int stage = 0; stage < req.pp; ++stage) {
     const int64_t begin = layer;
     layer += layers[static_cast<size_t>(stage)];
-    for (int t = 0; t < req.tp; ++t) {
+    for (int t = 0; t < group_size; ++t) {
+      const size_t ti = static_cast<size_t>(t);
       RankPlan r;
-      r.rank = stage * req.tp + t;
+      r.rank = stage * group_size + t;
       r.stage = stage;
       r.tp_rank = t;
       r.shard.layer_begin = begin;
       r.shard.layer_end = layer;
       r.shard.head_begin = t * heads;
       r.shard.n_heads = heads;
-      // Whole blocks, spread as evenly as possible (the first ranks take one more).
-      const int64_t per = ffn_blocks / req.tp, extra = ffn_blocks % req.tp;
-      const int64_t first_block = t * per + std::min<int64_t>(t, extra);
-      r.shard.ffn_begin = first_block * ffn_block;
-      r.shard.ffn_dim = (per + (t < extra ? 1 : 0)) * ffn_block;
+      if (!ffn_cols.empty()) std::tie(r.shard.ffn_begin, r.shard.ffn_dim) = ffn_cols[ti];
+      if (!shared_cols.empty()) std::tie(r.shard.shared_begin, r.shard.shared_dim) = shared_cols[ti];
+      if (ep) {
+        const int64_t per = hp.n_experts / group_size, extra = hp.n_experts % group_size;
+        r.shard.expert_begin = t * per + std::min<int64_t>(t, extra);
+        r.shard.n_experts = per + (t < extra ? 1 : 0);
+      }
       r.shard.embed = stage == 0;
       r.shard.head = stage == req.pp - 1;
       // The output head by vocabulary rows, as evenly as possible (the first ranks take one more).
-      const int64_t vocab_per = hp.vocab_size / req.tp, vocab_extra = hp.vocab_size % req.tp;
+      const int64_t vocab_per = hp.vocab_size / group_size;
+      const int64_t vocab_extra = hp.vocab_size % group_size;
       r.shard.vocab_begin = t * vocab_per + std::min<int64_t>(t, vocab_extra);
       r.shard.vocab_count = vocab_per + (t < vocab_extra ? 1 : 0);
       r.weight_bytes = ShardWeightBytes(file, r.shard);

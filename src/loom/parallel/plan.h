@@ -4,6 +4,11 @@
 // tensor-parallel ranks (key/value heads are replicated when there are fewer of them than ranks),
 // column slices must not cut a quantized block, every layer belongs to exactly one stage, and
 // every rank's share must fit in its memory.
+//
+// Expert parallelism (mixtures of experts, `--ep N`): the tensor-parallel group of N ranks splits
+// each layer's attention heads as TP does, and each mixture-of-experts layer's routed experts into
+// N consecutive ranges (every rank routes every token and computes its own experts' share);
+// shared experts and dense layers split by columns.  One all-reduce after each block, as TP.
 #pragma once
 
 #include <cstdint>
@@ -26,8 +31,9 @@ struct RankPlan {
 };
 
 struct ParallelPlan {
-  int tp = 1;
+  int tp = 1;  // ranks per stage (the tensor-parallel, or expert-parallel, group)
   int pp = 1;
+  bool ep = false;  // the group splits experts (expert parallelism), not feed-forward columns
   std::vector<RankPlan> ranks;  // (tp * pp), by rank
   int world_size() const { return tp * pp; }
   const RankPlan& rank(int r) const { return ranks[static_cast<size_t>(r)]; }
@@ -38,6 +44,7 @@ struct ParallelPlan {
 struct PlanRequest {
   int tp = 1;
   int pp = 1;
+  int ep = 1;  // expert-parallel ranks per stage (mixtures of experts); tp must then be 1
   // Explicit layer counts per stage (pp values summing to n_layers); empty = split by weight.
   std::vector<int64_t> stage_layers;
   // Relative capacity of each stage (e.g. its free memory) for the automatic layer split; empty =

@@ -1,0 +1,265 @@
+// Expert parallelism (parallel/plan.h): the ranks of an expert-parallel group, run by threads of
+// one process with their partial outputs summed (ThreadCollective), give the greedy tokens of one
+// process and logits within rounding of it, for every mixture-of-experts architecture; each rank
+// binds only its own experts.  Not bit for bit: one process adds a token's k weighted experts in
+// its choice order, the group adds each rank's share and then the ranks' sums (docs/parallel.md).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <thread>
+
+#include "loom/model/synth.h"
+#include "loom/model/thread_collective_test_util.h"
+#include "loom/model/transformer.h"
+#include "loom/parallel/plan.h"
+
+namespace loom::model {
+namespace {
+
+namespace k = loom::kernels;
+using testing::ThreadCollective;
+
+struct Model {
+  std::vector<std::byte> bytes;
+  std::unique_ptr<ModelFile> file;
+};
+
+Model Synth(SynthArch arch, k::DType type, bool mla_split = false) {
+  SynthOptions o;
+  o.shape = *FindSynthShape("tiny");
+  o.type = type;
+  o.arch = arch;
+  o.n_experts = 8;
+  o.n_experts_used = 2;
+  o.peaked = true;
+  o.mla_split = mla_split;
+  o.threads = 1;
+  Model m;
+  const Status s = WriteSynthModelToMemory(o, &m.bytes);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  auto f = OpenModelFromBytes(m.bytes, "synth.gguf");
+  EXPECT_TRUE(f.ok()) << f.status().ToString();
+  if (f.ok()) m.file = std::move(*f);
+  return m;
+}
+
+const std::vector<int32_t> kPrompt = {1, 300, 301, 302, 290, 310, 305, 330, 340};
+constexpr int kSteps = 12;
+
+struct Decoded {
+  std::vector<int32_t> tokens;  // greedy continuation
+  std::vector<float> logits;    // (steps + 1, vocab): after the prompt, then after each token
+  Status status;
+};
+
+// Greedy decoding by one shard (with `collective` when it is one of a group).
+Decoded Decode(const ModelFile& file, const ShardSpec& spec, Collective* collective) {
+  Decoded run;
+  auto w = BindWeights(file, spec);
+  if (!w.ok()) {
+    run.status = w.status();
+    return run;
+  }
+  base::ThreadPool pool(1);
+  auto t = Transformer::Create(*w, {}, pool);
+  if (!t.ok()) {
+    run.status = t.status();
+    return run;
+  }
+  (*t)->set_collective(collective);
+  const int64_t vocab = file.hparams.vocab_size;
+  std::vector<int32_t> tok = kPrompt, pos, slot(kPrompt.size(), 0);
+  for (size_t i = 0; i < kPrompt.size(); ++i) pos.push_back(static_cast<int32_t>(i));
+  std::vector<float> logits(static_cast<size_t>(vocab));
+  for (int step = 0; step <= kSteps; ++step) {
+    const int32_t last = static_cast<int32_t>(tok.size()) - 1;
+    const std::vector<int32_t> rows = {last};
+    run.status = (*t)->Forward({tok, pos, slot, rows}, logits.data());
+    if (!run.status.ok()) return run;
+    run.logits.insert(run.logits.end(), logits.begin(), logits.end());
+    const int32_t next =
+        static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    if (step == kSteps) break;
+    run.tokens.push_back(next);
+    tok = {next};
+    pos = {static_cast<int32_t>(kPrompt.size()) + step};
+    slot = {0};
+  }
+  return run;
+}
+
+// Rank 0's run of an expert-parallel group of `ranks` planned by MakePlan (each rank computes the
+// whole output head here: the head's vocabulary split is the pod's concern).
+Decoded DecodeExpertParallel(const ModelFile& file, int ranks, std::vector<parallel::RankPlan>* plans) {
+  parallel::PlanRequest req;
+  req.ep = ranks;
+  auto plan = parallel::MakePlan(file, req);
+  if (!plan.ok()) return {{}, {}, plan.status()};
+  EXPECT_TRUE(plan->ep);
+  EXPECT_EQ(plan->tp, ranks);
+  *plans = plan->ranks;
+  ThreadCollective group(ranks);
+  std::vector<Decoded> runs(static_cast<size_t>(ranks));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r) {
+    threads.emplace_back([&, r] {
+      ShardSpec spec = plan->rank(r).shard;
+      spec.vocab_begin = 0;
+      spec.vocab_count = -1;
+      ThreadCollective::Rank collective(&group, r);
+      runs[static_cast<size_t>(r)] = Decode(file, spec, &collective);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const Decoded& r : runs) {
+    if (!r.status.ok()) return r;
+  }
+  // Every rank saw the same sums.
+  for (const Decoded& r : runs) EXPECT_EQ(r.tokens, runs[0].tokens);
+  return runs[0];
+}
+
+struct Case {
+  SynthArch arch;
+  k::DType type;
+  bool mla_split;
+};
+
+class ExpertParallelTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ExpertParallelTest, GroupsGiveOneProcesssTokens) {
+  const Model m = Synth(GetParam().arch, GetParam().type, GetParam().mla_split);
+  ASSERT_NE(m.file, nullptr);
+  const Decoded one = Decode(*m.file, {}, nullptr);
+  ASSERT_TRUE(one.status.ok()) << one.status.ToString();
+  // The tiny shape's 64 attention-output columns split into 4 cut quantized blocks of 32: 4 ranks
+  // for the float models only.
+  const std::vector<int> groups =
+      GetParam().type == k::DType::kF32 ? std::vector<int>{2, 4} : std::vector<int>{2};
+  for (int ranks : groups) {
+    std::vector<parallel::RankPlan> plans;
+    const Decoded ep = DecodeExpertParallel(*m.file, ranks, &plans);
+    ASSERT_TRUE(ep.status.ok()) << ranks << ": " << ep.status.ToString();
+    EXPECT_EQ(ep.tokens, one.tokens) << ranks << " ranks";
+    ASSERT_EQ(ep.logits.size(), one.logits.size());
+    double worst = 0;
+    for (size_t i = 0; i < one.logits.size(); ++i) {
+      worst = std::max(worst, std::abs(static_cast<double>(ep.logits[i]) - one.logits[i]) /
+                                  std::max(1.0, std::abs(static_cast<double>(one.logits[i]))));
+    }
+    EXPECT_LT(worst, 1e-3) << ranks << " ranks";
+    // The experts are dealt out in consecutive ranges, each rank holding only its own.
+    int64_t next = 0;
+    for (const parallel::RankPlan& r : plans) {
+      EXPECT_EQ(r.shard.expert_begin, next);
+      EXPECT_EQ(r.shard.n_experts, m.file->hparams.n_experts / ranks);
+      next += r.shard.n_experts;
+      auto w = BindWeights(*m.file, r.shard);
+      ASSERT_TRUE(w.ok()) << w.status().ToString();
+      for (int64_t l = 0; l < w->local.n_layers(); ++l) {
+        const LayerWeights& L = w->layers[static_cast<size_t>(l)];
+        if (!m.file->hparams.is_moe_layer(l)) continue;
+        for (int64_t e = 0; e < m.file->hparams.n_experts; ++e) {
+          const bool mine = e >= r.shard.expert_begin && e < r.shard.expert_begin + r.shard.n_experts;
+          EXPECT_EQ(L.experts[static_cast<size_t>(e)].gate.data != nullptr, mine) << e;
+        }
+      }
+    }
+    EXPECT_EQ(next, m.file->hparams.n_experts);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, ExpertParallelTest,
+                         ::testing::Values(Case{SynthArch::kMixtral, k::DType::kF32, false},
+                                           Case{SynthArch::kMixtral, k::DType::kQ8_0, false},
+                                           Case{SynthArch::kQwen2Moe, k::DType::kF32, false},
+                                           Case{SynthArch::kQwen2Moe, k::DType::kQ8_0, false},
+                                           Case{SynthArch::kQwen3Moe, k::DType::kF32, false},
+                                           Case{SynthArch::kQwen3Moe, k::DType::kQ4_0, false},
+                                           Case{SynthArch::kDeepseek2, k::DType::kF32, false},
+                                           Case{SynthArch::kDeepseek2, k::DType::kQ8_0, false},
+                                           Case{SynthArch::kDeepseek2, k::DType::kF32, true}),
+                         [](const auto& info) {
+                           const SynthArch a = info.param.arch;
+                           return std::string(a == SynthArch::kMixtral    ? "mixtral_"
+                                              : a == SynthArch::kQwen2Moe ? "qwen2moe_"
+                                              : a == SynthArch::kQwen3Moe ? "qwen3moe_"
+                                                                          : "deepseek2_") +
+                                  std::string(k::Traits(info.param.type).name) +
+                                  (info.param.mla_split ? "_split" : "");
+                         });
+
+// The shard's share of the weights: experts 1/N each, attention by heads, router and norms whole.
+TEST(ExpertParallelTest, RanksHoldTheirShareOfTheWeights) {
+  const Model m = Synth(SynthArch::kQwen3Moe, k::DType::kF32);
+  ASSERT_NE(m.file, nullptr);
+  parallel::PlanRequest req;
+  req.ep = 2;
+  auto plan = parallel::MakePlan(*m.file, req);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  int64_t experts = 0, replicated = 0;
+  for (const auto& [name, t] : m.file->tensors) {
+    if (name.find("_exps.") != std::string::npos) experts += t.size_bytes;
+    if (name.find("ffn_gate_inp") != std::string::npos || name.find("norm") != std::string::npos)
+      replicated += t.size_bytes;
+  }
+  const int64_t whole = parallel::ShardWeightBytes(*m.file, {});
+  const int64_t a = plan->rank(0).weight_bytes, b = plan->rank(1).weight_bytes;
+  EXPECT_EQ(a, b);
+  EXPECT_LT(a, whole - experts / 2 + 1);
+  EXPECT_GE(a + b, whole + replicated - 1);
+}
+
+// What the plan refuses, clearly.
+TEST(ExpertParallelTest, PlansThatCannotWorkAreClearErrors) {
+  const Model moe = Synth(SynthArch::kMixtral, k::DType::kF32);
+  ASSERT_NE(moe.file, nullptr);
+  parallel::PlanRequest req;
+  req.ep = 16;  // 8 experts
+  auto p = parallel::MakePlan(*moe.file, req);
+  ASSERT_FALSE(p.ok());
+  req.ep = 2;
+  req.tp = 2;
+  p = parallel::MakePlan(*moe.file, req);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("tp 1 when ep > 1"), std::string::npos) << p.status().ToString();
+  req.tp = 2;
+  req.ep = 1;
+  p = parallel::MakePlan(*moe.file, req);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("use --pp, or --ep"), std::string::npos) << p.status().ToString();
+  // A dense model has no experts to split.
+  SynthOptions o;
+  o.shape = *FindSynthShape("tiny");
+  o.type = k::DType::kF32;
+  o.threads = 1;
+  std::vector<std::byte> bytes;
+  ASSERT_TRUE(WriteSynthModelToMemory(o, &bytes).ok());
+  auto dense = OpenModelFromBytes(bytes, "dense.gguf");
+  ASSERT_TRUE(dense.ok());
+  req.tp = 1;
+  req.ep = 2;
+  p = parallel::MakePlan(**dense, req);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("needs a mixture-of-experts model"), std::string::npos);
+  // Heads split without the experts (or the other way round) would sum wrong: refused at bind.
+  ShardSpec heads;
+  heads.n_heads = moe.file->hparams.n_heads / 2;
+  auto w = BindWeights(*moe.file, heads);
+  ASSERT_FALSE(w.ok());
+  ShardSpec experts;
+  experts.n_experts = 4;
+  w = BindWeights(*moe.file, experts);
+  ASSERT_FALSE(w.ok());
+  ShardSpec outside;
+  outside.n_heads = 4;
+  outside.expert_begin = 6;
+  outside.n_experts = 4;
+  w = BindWeights(*moe.file, outside);
+  ASSERT_FALSE(w.ok());
+  EXPECT_NE(w.status().message().find("outside the model's 8"), std::string::npos) << w.status().ToString();
+}
+
+}  // namespace
+}  // namespace loom::model
