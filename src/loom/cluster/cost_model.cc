@@ -258,13 +258,20 @@ StatusOr<RankFacts> Calibrate(const model::ModelFile& file, int ranks_on_host) {
   // copy: up to a volume well past the caches, and no more than an equal share of the model.
   const model::HParams& hp = file.hparams;
   const int copies_max = std::max(1, ranks_on_host);
+  // The weight bytes a decode step reads in layer l: every matrix of the layer, and of a mixture
+  // of experts' stacked expert tensors the k of n experts a token runs.
   auto layer_bytes = [&](int64_t l) {
-    int64_t bytes = 0;
-    for (const char* part :
-         {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"}) {
-      bytes += TensorBytes(file, ("blk." + std::to_string(l) + "." + part + ".weight").c_str());
+    double bytes = 0;
+    const std::string prefix = "blk." + std::to_string(l) + ".";
+    for (const auto& [name, t] : file.tensors) {
+      if (name.rfind(prefix, 0) != 0 || t.shape.size() < 2) continue;
+      double size = static_cast<double>(t.size_bytes + 2 * t.scales_bytes);
+      if (name.find("_exps.") != std::string::npos && hp.n_experts > 0) {
+        size *= static_cast<double>(hp.n_experts_used) / static_cast<double>(hp.n_experts);
+      }
+      bytes += size;
     }
-    return bytes;
+    return static_cast<int64_t>(bytes);
   };
   const int64_t share = std::max<int64_t>(1, hp.n_layers / copies_max);
   int64_t layers = 0, volume = 0;  // per copy (the layers of a model are alike)
@@ -367,7 +374,12 @@ StatusOr<RankFacts> Calibrate(const model::ModelFile& file, int ranks_on_host) {
     constexpr int64_t kBatch = 64;
     base::ThreadPool pool(1);
     kernels::Workspace ws;
-    const kernels::MatrixView& m = weights.front().layers.front().w_down;
+    // A feed-forward matrix: the dense block's down projection, or a mixture's first expert's.
+    const model::LayerWeights& L = weights.front().layers.front();
+    const kernels::MatrixView& m =
+        L.w_down.data != nullptr ? L.w_down
+        : !L.experts.empty() && L.experts.front().down.data != nullptr ? L.experts.front().down
+                                                                        : L.wo;
     std::vector<float> x(static_cast<size_t>(kBatch * m.cols), 0.5f),
         y(static_cast<size_t>(kBatch * m.rows));
     int64_t flops = 0;
