@@ -60,6 +60,19 @@ const Prediction& Find(const std::vector<Prediction>& all, int tp, int pp) {
   return all.front();
 }
 
+// Calibrating on a mixture of experts (no dense feed-forward matrices) measures both speeds.
+TEST(CostModelTest, CalibratesOnMixturesOfExperts) {
+  for (model::SynthArch arch : {model::SynthArch::kQwen3Moe, model::SynthArch::kDeepseek2}) {
+    const auto bytes = Synth(arch, 8, 2, kernels::DType::kQ8_0);
+    auto f = model::OpenModelFromBytes(bytes, "moe.gguf");
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    auto facts = Calibrate(**f, 1);
+    ASSERT_TRUE(facts.ok()) << facts.status().ToString();
+    EXPECT_GT(facts->decode_bytes_per_s, 0);
+    EXPECT_GT(facts->prompt_flops, 0);
+  }
+}
+
 // The busiest rank's expected expert count against enumerating every choice of k experts.
 TEST(CostModelTest, ExpectedBusiestExpertsMatchesEnumeration) {
   struct Case {
