@@ -142,6 +142,7 @@ nlohmann::json ToJson(const Report& r, bool with_tensors) {
         {"n_experts_used", hp.n_experts_used},
         {"expert_ffn_dim", hp.expert_ffn_dim},
         {"n_shared_experts", hp.n_shared_experts},
+        {"shared_ffn_dim", hp.n_shared_experts > 0 ? hp.shared_ffn() : 0},
         {"n_dense_layers", hp.n_dense_layers},
         {"n_expert_groups", hp.n_expert_groups},
         {"n_expert_groups_used", hp.n_expert_groups_used},
@@ -217,9 +218,11 @@ void PrintText(const Report& r, bool with_tensors) {
     }
     if (hp.n_shared_experts > 0 || hp.n_dense_layers > 0 || hp.n_expert_groups > 1) {
       std::printf(
-          "          %lld shared, %lld leading dense layers, %lld of %lld groups, %s gating, "
-          "weights %s x%g\n",
-          static_cast<long long>(hp.n_shared_experts), static_cast<long long>(hp.n_dense_layers),
+          "          %lld shared (ffn %lld), %lld leading dense layers, %lld of %lld groups, %s "
+          "gating, weights %s x%g\n",
+          static_cast<long long>(hp.n_shared_experts),
+          static_cast<long long>(hp.n_shared_experts > 0 ? hp.shared_ffn() : 0),
+          static_cast<long long>(hp.n_dense_layers),
           static_cast<long long>(hp.n_expert_groups_used),
           static_cast<long long>(hp.n_expert_groups),
           hp.gating == model::HParams::Gating::kSigmoid ? "sigmoid" : "softmax",
