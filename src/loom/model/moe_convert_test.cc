@@ -396,6 +396,29 @@ TEST(MoeDirectoryTest, UnsupportedFamilyOptionsAreRefused) {
       << r.status().ToString();
 }
 
+TEST(MoeDirectoryTest, AnExpertParallelShardBindsOnlyItsOwnExperts) {
+  TempDir dir;
+  const std::string hf = dir / "hf";
+  ASSERT_TRUE(Convert(WriteSynth(dir, kFamilies[2]), hf, ConvertFormat::kHf).ok());
+  auto m = OpenModel(hf);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ShardSpec shard;
+  shard.expert_begin = 2;
+  shard.n_experts = 3;
+  auto w = BindWeights(**m, shard);
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  const TensorInfo& gate3 = (*m)->tensors.at("blk.1.ffn_gate.3.weight");
+  for (const LayerWeights& L : w->layers) {
+    ASSERT_EQ(L.experts.size(), 8u);
+    for (size_t e = 0; e < 8; ++e) {
+      const bool held = e >= 2 && e < 5;
+      EXPECT_EQ(L.experts[e].gate.data != nullptr, held) << e;
+      EXPECT_EQ(L.experts[e].down.data != nullptr, held) << e;
+    }
+  }
+  EXPECT_EQ(w->layers[1].experts[3].gate.data, gate3.data);  // in place, not copied
+}
+
 TEST(MoeNamesTest, MixtureModulesMapBothWays) {
   EXPECT_EQ(HfModuleToGguf("model.layers.2.block_sparse_moe.gate"), "blk.2.ffn_gate_inp");
   EXPECT_EQ(HfModuleToGguf("model.layers.2.block_sparse_moe.experts.7.w3"), "blk.2.ffn_up.7");
