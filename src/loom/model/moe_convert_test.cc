@@ -133,8 +133,10 @@ constexpr Family kFamilies[] = {
      "model.layers.1.mlp.experts.3.gate_proj.weight", "model.layers.1.mlp.gate"},
 };
 
-std::string WriteSynth(const TempDir& dir, const Family& f, uint64_t seed = 3) {
+std::string WriteSynth(const TempDir& dir, const Family& f, uint64_t seed = 3,
+                       bool mla_split = false) {
   SynthOptions o;
+  o.mla_split = mla_split;
   o.shape = *FindSynthShape("tiny");
   o.shape.n_layers = 3;
   o.arch = f.arch;
@@ -394,6 +396,38 @@ TEST(MoeDirectoryTest, UnsupportedFamilyOptionsAreRefused) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("differs from mscale_all_dim"), std::string::npos)
       << r.status().ToString();
+}
+
+// DeepSeek's split layout (attn_k_b / attn_v_b, as llama.cpp's converter now writes it) is MLX's
+// embed_q / unembed_out; Hugging Face output (kv_b_proj) is refused.  The MLX directory keeps its
+// unquantized tensors and scales in f32 here: with bf16 ones (the default) this tiny split model's
+// MLX form leaves the GGUF tokens at step 4 while its own F32 back-conversion (the same values)
+// keeps them for 14 steps, an open question noted in docs/moe.md.
+TEST(MoeConvertSplitTest, DeepseekSplitLatentLayoutGoesToMlxAndBack) {
+  TempDir dir;
+  const std::string gguf = WriteSynth(dir, kFamilies[3], 3, /*mla_split=*/true);
+  const std::string mlx = dir / "mlx";
+  ASSERT_TRUE(Convert(gguf, mlx, ConvertFormat::kMlx, kernels::DType::kF32).ok());
+  base::MappedFile keep;
+  const auto tensors = Header(mlx, &keep);
+  // embed_q's rows (16 no-rope values) are not a whole group of 32: left unquantized.
+  EXPECT_EQ(tensors.count("model.layers.0.self_attn.embed_q.weight"), 1u);
+  EXPECT_EQ(tensors.count("model.layers.0.self_attn.unembed_out.scales"), 1u);
+  EXPECT_EQ(tensors.count("model.layers.0.self_attn.kv_b_proj.weight"), 0u);
+  Engine a = Load(gguf), m = Load(mlx);
+  ASSERT_NE(a.t, nullptr);
+  ASSERT_NE(m.t, nullptr);
+  EXPECT_EQ(m.file->tensors.at("blk.0.attn_k_b.weight").shape.size(), 3u);
+  const Trace ra = Greedy(*a.t, 16), rm = Greedy(*m.t, 16);
+  EXPECT_EQ(ra.tokens, rm.tokens);
+  const std::string back = dir / "back.gguf";
+  ASSERT_TRUE(Convert(mlx, back, ConvertFormat::kGguf).ok());
+  Engine c = Load(back);
+  ASSERT_NE(c.t, nullptr);
+  EXPECT_EQ(c.file->metadata.count("deepseek2.attention.key_length_mla"), 1u);
+  EXPECT_EQ(Greedy(*c.t, 16).tokens, rm.tokens);
+  const Status s = Convert(gguf, dir / "hf", ConvertFormat::kHf);
+  EXPECT_EQ(s.code(), StatusCode::kUnimplemented) << s.ToString();
 }
 
 TEST(MoeDirectoryTest, AnExpertParallelShardBindsOnlyItsOwnExperts) {
