@@ -5,6 +5,7 @@
 
 #include "loom/base/half.h"
 #include "loom/kernels/matmul.h"
+#include "loom/model/mlx_model.h"
 #include "loom/model/weight_copy.h"
 
 namespace loom::model {
@@ -43,6 +44,13 @@ StatusOr<const float*> BindVector(const ModelFile& file, const std::string& name
     return reinterpret_cast<const float*>(t->data);
   }
   const kernels::DType type = t->type;
+  if (MlxBits(type) != 0) {  // MLX quantizes one-row linear layers (Qwen2-MoE's expert gate)
+    auto out = std::make_unique<float[]>(static_cast<size_t>(n));
+    MlxDequantizeTensorRow(*t, 0, out.get());
+    const float* p = out.get();
+    weights->owned.push_back(std::move(out));
+    return p;
+  }
   if (type != kernels::DType::kF32 && type != kernels::DType::kF16 &&
       type != kernels::DType::kBF16) {
     return UnimplementedError(file.path, ": vector '", name, "' is stored as ",
@@ -161,6 +169,32 @@ Status BindSharedExperts(const ModelFile& file, const std::string& p, Transforme
   return OkStatus();
 }
 
+namespace {
+
+// Experts stored one tensor each (Hugging Face files; early llama.cpp Mixtral files):
+// blk.N.ffn_{gate,up}.E.weight (f, dim) and blk.N.ffn_down.E.weight (dim, f), for the shard's
+// experts only.
+Status BindExpertTensors(const ModelFile& file, const std::string& p, const TransformerWeights* w,
+                         LayerWeights& L) {
+  const HParams& hp = w->hp;
+  const LocalDims& d = w->local;
+  const int64_t f = hp.expert_ffn_dim;
+  for (int64_t i = d.expert_begin; i < d.expert_begin + d.n_experts; ++i) {
+    const std::string e = "." + std::to_string(i) + ".weight";
+    if (file.tensors.count(p + "ffn_gate" + e) == 0) {
+      return DataLossError(file.path, ": missing expert ", i, " of ", hp.n_experts, ": neither '",
+                           p, "ffn_gate_exps.weight' nor '", p, "ffn_gate", e, "'");
+    }
+    LayerWeights::Expert& x = L.experts[static_cast<size_t>(i)];
+    LOOM_ASSIGN_OR_RETURN(x.gate, BindMatrix(file, p + "ffn_gate" + e, f, hp.dim));
+    LOOM_ASSIGN_OR_RETURN(x.up, BindMatrix(file, p + "ffn_up" + e, f, hp.dim));
+    LOOM_ASSIGN_OR_RETURN(x.down, BindMatrix(file, p + "ffn_down" + e, hp.dim, f));
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
 Status BindExperts(const ModelFile& file, TransformerWeights* w) {
   const HParams& hp = w->hp;
   const LocalDims& d = w->local;
@@ -170,6 +204,11 @@ Status BindExperts(const ModelFile& file, TransformerWeights* w) {
     LayerWeights& L = w->layers[static_cast<size_t>(l - d.layer_begin)];
     const std::string p = "blk." + std::to_string(l) + ".";
     LOOM_ASSIGN_OR_RETURN(L.router, BindMatrix(file, p + "ffn_gate_inp.weight", e, hp.dim));
+    L.experts.resize(static_cast<size_t>(e));
+    if (file.tensors.count(p + "ffn_gate_exps.weight") == 0) {
+      LOOM_RETURN_IF_ERROR(BindExpertTensors(file, p, w, L));
+      continue;
+    }
     // The 3-D tensors as matrices of stacked rows: (e, f, dim) -> (e * f, dim).
     LOOM_ASSIGN_OR_RETURN(const TensorInfo* gate,
                           file.Find(p + "ffn_gate_exps.weight", {e, f, hp.dim}));
@@ -178,7 +217,6 @@ Status BindExperts(const ModelFile& file, TransformerWeights* w) {
     LOOM_ASSIGN_OR_RETURN(const TensorInfo* down,
                           file.Find(p + "ffn_down_exps.weight", {e, hp.dim, f}));
     const kernels::MatrixView g = gate->matrix(), u = up->matrix(), dn = down->matrix();
-    L.experts.resize(static_cast<size_t>(e));
     for (int64_t i = d.expert_begin; i < d.expert_begin + d.n_experts; ++i) {
       L.experts[static_cast<size_t>(i)] = {g.RowRange(i * f, f), u.RowRange(i * f, f),
                                            dn.RowRange(i * hp.dim, hp.dim)};

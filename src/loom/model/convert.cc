@@ -37,7 +37,87 @@ struct Job {
   int64_t permute_head = 0;       // q/k reordering: head size, or 0 for none
   bool permute_elements = false;  // reorder within rows (vectors) rather than whole rows
   int64_t bytes = 0;
+  // Experts: output row r is source row row_begin + r (one expert of a stacked tensor), or, with
+  // several parts, row r % part_rows of parts[r / part_rows] (experts stacked from one tensor each).
+  int64_t row_begin = 0;
+  std::vector<const TensorInfo*> parts;
+  int64_t part_rows = 0;
 };
+
+// One layer's routed experts of one kind (gate, up or down): a stacked tensor (GGUF, MLX) or one
+// tensor per expert (Hugging Face).
+struct ExpertStack {
+  std::string stacked;                   // GGUF name: "blk.3.ffn_gate_exps"
+  std::string per_expert;                // GGUF name without the index: "blk.3.ffn_gate"
+  std::vector<const TensorInfo*> parts;  // the stacked tensor, or n_experts tensors
+  int64_t n = 0, rows = 0, cols = 0;     // experts, and each one's shape
+};
+
+StatusOr<std::vector<ExpertStack>> FindExperts(const ModelFile& in) {
+  const HParams& hp = in.hparams;
+  std::vector<ExpertStack> out;
+  for (int64_t l = 0; l < hp.n_layers; ++l) {
+    if (!hp.is_moe_layer(l)) continue;
+    for (const char* kind : {"gate", "up", "down"}) {
+      ExpertStack st;
+      const std::string p = "blk." + std::to_string(l) + ".ffn_" + kind;
+      st.stacked = p + "_exps";
+      st.per_expert = p;
+      st.n = hp.n_experts;
+      const auto it = in.tensors.find(st.stacked + ".weight");
+      if (it != in.tensors.end()) {
+        if (it->second.shape.size() != 3 || it->second.shape[0] != st.n) {
+          return DataLossError("convert: ", in.path, ": ", it->first, " is not a stack of ",
+                               st.n, " experts");
+        }
+        st.parts = {&it->second};
+        st.rows = it->second.shape[1];
+        st.cols = it->second.shape[2];
+      } else {
+        for (int64_t e = 0; e < st.n; ++e) {
+          const std::string name = p + "." + std::to_string(e) + ".weight";
+          const auto t = in.tensors.find(name);
+          if (t == in.tensors.end() || t->second.shape.size() != 2 ||
+              (e > 0 && t->second.shape != st.parts[0]->shape)) {
+            return DataLossError("convert: ", in.path, ": missing or misshapen expert tensor '",
+                                 name, "'");
+          }
+          st.parts.push_back(&t->second);
+        }
+        st.rows = st.parts[0]->shape[0];
+        st.cols = st.parts[0]->shape[1];
+      }
+      out.push_back(std::move(st));
+    }
+  }
+  return out;
+}
+
+// All experts of `st` as one (n, rows, cols) tensor.
+Job StackedJob(const ExpertStack& st, std::string name) {
+  Job j;
+  j.name = std::move(name);
+  j.src = st.parts[0];
+  j.parts = st.parts;
+  j.part_rows = st.parts.size() == 1 ? st.n * st.rows : st.rows;
+  j.rows = st.n * st.rows;
+  j.cols = st.cols;
+  j.shape = {st.n, st.rows, st.cols};
+  return j;
+}
+
+// Expert e of `st` as a (rows, cols) matrix.
+Job ExpertJob(const ExpertStack& st, int64_t e, std::string name) {
+  Job j;
+  j.name = std::move(name);
+  const bool stacked = st.parts.size() == 1;
+  j.src = st.parts[stacked ? 0 : static_cast<size_t>(e)];
+  j.row_begin = stacked ? e * st.rows : 0;
+  j.rows = st.rows;
+  j.cols = st.cols;
+  j.shape = {st.rows, st.cols};
+  return j;
+}
 
 using Sink = std::function<Status(std::span<const std::byte>)>;
 
@@ -52,8 +132,9 @@ bool IsFloat(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DTyp
 // GGUF files of these architectures keep Hugging Face's rotate-halves layout (as llama.cpp writes
 // them); Llama-family GGUFs rotate adjacent pairs.
 kernels::RopeStyle GgufRopeStyle(const std::string& arch) {
-  return arch == "qwen2" || arch == "qwen3" ? kernels::RopeStyle::kHalves
-                                            : kernels::RopeStyle::kInterleaved;
+  return arch == "qwen2" || arch == "qwen3" || arch == "qwen2moe" || arch == "qwen3moe"
+             ? kernels::RopeStyle::kHalves
+             : kernels::RopeStyle::kInterleaved;
 }
 
 bool EndsWith(std::string_view s, std::string_view suffix) {
@@ -99,8 +180,11 @@ Status EmitJob(const Job& j, kernels::RopeStyle from, kernels::RopeStyle to, con
     }
     if (j.src == nullptr) {
       std::copy_n(j.values.data() + src_row * j.cols, j.cols, row.data());
+    } else if (j.parts.size() > 1) {
+      ReadRowF32(*j.parts[static_cast<size_t>(src_row / j.part_rows)], src_row % j.part_rows,
+                 row.data());
     } else {
-      ReadRowF32(*j.src, src_row, row.data());
+      ReadRowF32(*j.src, j.row_begin + src_row, row.data());
     }
     if (hd > 0 && j.permute_elements) {
       for (int64_t i = 0; i < j.cols; ++i) {
@@ -221,6 +305,69 @@ struct Progress {
   }
 };
 
+// Latent attention: the older layout (attn_kv_b, decompressed head sizes as key_length /
+// value_length) or the split one (attn_k_b / attn_v_b, key_length_mla / value_length_mla), as
+// the source holds it.
+void AddMlaKeys(const ModelFile& in, const std::string& p, GgufWriter& w) {
+  const HParams& hp = in.hparams;
+  const bool split = in.tensors.count("blk.0.attn_k_b.weight") != 0;
+  if (hp.q_lora_rank > 0) {
+    w.AddU64(p + "attention.q_lora_rank", static_cast<uint64_t>(hp.q_lora_rank));
+  }
+  w.AddU64(p + "attention.kv_lora_rank", static_cast<uint64_t>(hp.kv_lora_rank));
+  w.AddU64(p + "rope.dimension_count", static_cast<uint64_t>(hp.rope_dim));
+  if (split) {
+    w.AddU64(p + "attention.head_count_kv", 1);
+    w.AddU64(p + "attention.key_length", static_cast<uint64_t>(hp.kv_lora_rank + hp.rope_dim));
+    w.AddU64(p + "attention.value_length", static_cast<uint64_t>(hp.kv_lora_rank));
+    w.AddU64(p + "attention.key_length_mla", static_cast<uint64_t>(hp.head_dim));
+    w.AddU64(p + "attention.value_length_mla", static_cast<uint64_t>(hp.v_head_dim));
+  } else {
+    w.AddU64(p + "attention.head_count_kv", static_cast<uint64_t>(hp.n_heads));
+    w.AddU64(p + "attention.key_length", static_cast<uint64_t>(hp.head_dim));
+    w.AddU64(p + "attention.value_length", static_cast<uint64_t>(hp.v_head_dim));
+  }
+}
+
+// llama.cpp's expert keys.  Its llama (Mixtral) and qwen3moe graphs always renormalise the top-k
+// weights and its qwen2moe graph never does, and only deepseek2 reads a gating function: routings
+// that GGUF cannot say are refused.
+Status AddMoeKeys(const HParams& hp, const std::string& arch, GgufWriter& w) {
+  const std::string p = arch + ".";
+  w.AddU64(p + "expert_count", static_cast<uint64_t>(hp.n_experts));
+  w.AddU64(p + "expert_used_count", static_cast<uint64_t>(hp.n_experts_used));
+  if (arch != "llama" || hp.expert_ffn_dim != hp.ffn_dim) {
+    w.AddU64(p + "expert_feed_forward_length", static_cast<uint64_t>(hp.expert_ffn_dim));
+  }
+  if (hp.n_expert_groups > 1) {
+    w.AddU64(p + "expert_group_count", static_cast<uint64_t>(hp.n_expert_groups));
+    w.AddU64(p + "expert_group_used_count", static_cast<uint64_t>(hp.n_expert_groups_used));
+  }
+  if (arch == "deepseek2") {
+    w.AddU64(p + "leading_dense_block_count", static_cast<uint64_t>(hp.n_dense_layers));
+    w.AddU64(p + "expert_shared_count", static_cast<uint64_t>(hp.n_shared_experts));
+    w.AddF32(p + "expert_weights_scale", hp.expert_weights_scale);
+    w.AddBool(p + "expert_weights_norm", hp.expert_weights_norm);
+    w.AddU32(p + "expert_gating_func", hp.gating == HParams::Gating::kSigmoid ? 2 : 1);
+    return OkStatus();
+  }
+  const bool norm = arch != "qwen2moe";
+  if (hp.expert_weights_norm != norm || hp.gating != HParams::Gating::kSoftmax ||
+      (arch != "qwen2moe" && hp.expert_weights_scale != 1.0f)) {
+    return UnimplementedError("convert: a ", arch, " GGUF file cannot say this routing (",
+                              hp.expert_weights_norm ? "" : "not ",
+                              "renormalised top-k weights; llama.cpp's ", arch, " graph ",
+                              norm ? "always renormalises" : "never renormalises", ")");
+  }
+  if (arch == "qwen2moe") {
+    w.AddU64(p + "expert_shared_feed_forward_length", static_cast<uint64_t>(hp.shared_ffn()));
+    if (hp.expert_weights_scale != 1.0f) {
+      w.AddF32(p + "expert_weights_scale", hp.expert_weights_scale);
+    }
+  }
+  return OkStatus();
+}
+
 Status WriteGguf(const ModelFile& in, const std::string& out, const ConvertOptions& o) {
   const HParams& hp = in.hparams;
   const DType wanted = o.type.value_or(DType::kF32);
@@ -238,16 +385,32 @@ Status WriteGguf(const ModelFile& in, const std::string& out, const ConvertOptio
   w.AddU64(p + "block_count", static_cast<uint64_t>(hp.n_layers));
   w.AddU64(p + "feed_forward_length", static_cast<uint64_t>(hp.ffn_dim));
   w.AddU64(p + "attention.head_count", static_cast<uint64_t>(hp.n_heads));
-  w.AddU64(p + "attention.head_count_kv", static_cast<uint64_t>(hp.n_kv_heads));
-  w.AddU64(p + "attention.key_length", static_cast<uint64_t>(hp.head_dim));
-  w.AddU64(p + "attention.value_length", static_cast<uint64_t>(hp.head_dim));
-  w.AddU64(p + "rope.dimension_count", static_cast<uint64_t>(hp.head_dim));
+  if (hp.is_mla()) {
+    AddMlaKeys(in, p, w);
+  } else {
+    w.AddU64(p + "attention.head_count_kv", static_cast<uint64_t>(hp.n_kv_heads));
+    w.AddU64(p + "attention.key_length", static_cast<uint64_t>(hp.head_dim));
+    w.AddU64(p + "attention.value_length", static_cast<uint64_t>(hp.head_dim));
+    w.AddU64(p + "rope.dimension_count", static_cast<uint64_t>(hp.head_dim));
+  }
+  if (hp.is_moe()) LOOM_RETURN_IF_ERROR(AddMoeKeys(hp, arch, w));
   w.AddU64(p + "vocab_size", static_cast<uint64_t>(hp.vocab_size));
   w.AddF32(p + "attention.layer_norm_rms_epsilon", hp.rms_eps);
   w.AddF32(p + "rope.freq_base", hp.rope_theta);
-  if (hp.rope_scaling.type == RopeScalingType::kLinear) {
+  const RopeScaling& rs = hp.rope_scaling;
+  if (rs.type == RopeScalingType::kLinear) {
     w.AddString(p + "rope.scaling.type", "linear");
-    w.AddF32(p + "rope.scaling.factor", hp.rope_scaling.factor);
+    w.AddF32(p + "rope.scaling.factor", rs.factor);
+  } else if (rs.type == RopeScalingType::kYarn) {
+    w.AddString(p + "rope.scaling.type", "yarn");
+    w.AddF32(p + "rope.scaling.factor", rs.factor);
+    // llama.cpp's converter writes 0.1 * mscale_all_dim and divides it back when reading.
+    if (rs.yarn_log_mul != 0.0f) {
+      w.AddF32(p + "rope.scaling.yarn_log_multiplier", 0.1f * rs.yarn_log_mul);
+    }
+    if (rs.attn_factor != 1.0f) w.AddF32(p + "rope.scaling.attn_factor", rs.attn_factor);
+    if (rs.beta_fast != 32.0f) w.AddF32(p + "rope.scaling.yarn_beta_fast", rs.beta_fast);
+    if (rs.beta_slow != 1.0f) w.AddF32(p + "rope.scaling.yarn_beta_slow", rs.beta_slow);
   }
   if (hp.rope_scaling.original_context > 0) {
     w.AddU64(p + "rope.scaling.original_context_length",
@@ -257,8 +420,15 @@ Status WriteGguf(const ModelFile& in, const std::string& out, const ConvertOptio
   if (!tok.model.empty()) AddTokenizer(tok, w);
 
   std::vector<Job> jobs;
+  LOOM_ASSIGN_OR_RETURN(const std::vector<ExpertStack> experts, FindExperts(in));
+  for (const ExpertStack& st : experts) {
+    Job j = StackedJob(st, st.stacked + ".weight");
+    j.type = GgufMatrixType(wanted, j.cols);
+    jobs.push_back(std::move(j));
+  }
   for (const auto& [name, t] : in.tensors) {
     if (name == "rope_freqs.weight") continue;  // rewritten below
+    if (hp.is_moe() && IsExpertTensor(name)) continue;  // stacked above
     Job j;
     j.name = name;
     j.src = &t;
@@ -335,9 +505,24 @@ Status WriteDirectory(const ModelFile& in, const std::string& out, const Convert
                                 o.mlx.group_size,
                                 " (bits 2, 3, 4, 5, 6 or 8; group size 32, 64 or 128)");
   }
-  if (FindHfArch(hp.arch) == nullptr) {
+  const HfArchName* hf_arch = HfArchFor(hp);
+  if (hf_arch == nullptr) {
     return UnimplementedError("convert: architecture '", hp.arch,
                               "' has no Hugging Face config.json form");
+  }
+  if (hp.rope_scaling.type == RopeScalingType::kYarn && hp.arch != "deepseek2") {
+    return UnimplementedError("convert: YaRN RoPE scaling of ", hp.arch,
+                              " models has no config.json form here yet");
+  }
+  if (hp.rope_scaling.type == RopeScalingType::kYarn && hp.rope_scaling.attn_factor != 1.0f) {
+    return UnimplementedError("convert: rope.scaling.attn_factor ", hp.rope_scaling.attn_factor,
+                              " has no DeepSeek config.json form");
+  }
+  if (!mlx && in.tensors.count("blk.0.attn_k_b.weight") != 0) {
+    return UnimplementedError("convert: ", in.path,
+                              " holds DeepSeek's split attn_k_b / attn_v_b, which Hugging Face "
+                              "files store joined as kv_b_proj (not written yet); convert to MLX "
+                              "(embed_q / unembed_out) or GGUF instead");
   }
   HParams hp_out = hp;
   if (!hp.rope_scaling.freq_factors.empty() && hp.rope_scaling.type != RopeScalingType::kLlama3) {
@@ -358,36 +543,78 @@ Status WriteDirectory(const ModelFile& in, const std::string& out, const Convert
                                    "to an empty directory");
   }
 
+  const kernels::RopeStyle to = HfRopeStyle(hp.arch);
+  MlxQuantConfig quant;
+  quant.defaults = o.mlx;
   std::vector<Job> jobs;
+  // MLX: quantizes a matrix (or stack) whose rows divide into groups, as mlx-lm's default
+  // predicate does, with its per-model exceptions: Qwen3-MoE's router at 8 bits in groups of 64,
+  // DeepSeek's router (a plain parameter, not a linear layer) left as it is.
+  auto add = [&](Job j, const std::string& module, const std::string& suffix) {
+    std::optional<MlxQuantParams> q;
+    const bool router = EndsWith(j.name, ".ffn_gate_inp.weight");
+    if (mlx && j.shape.size() >= 2 && suffix == ".weight" && !(router && hp.arch == "deepseek2")) {
+      q = o.mlx;
+      if (router && hp.arch == "qwen3moe") q = MlxQuantParams{8, 64};
+      if (j.cols % q->group_size != 0) q.reset();
+    }
+    j.type = ftype;
+    if (!q) {
+      j.name = module + suffix;
+      jobs.push_back(std::move(j));
+      return;
+    }
+    if (q->bits != o.mlx.bits || q->group_size != o.mlx.group_size) quant.overrides[module] = q;
+    j.mlx = *q;
+    j.scale_type = ftype;
+    for (int part = 0; part < 3; ++part) {
+      Job p = j;
+      p.mlx_part = part;
+      p.name = module + (part == 0 ? ".weight" : part == 1 ? ".scales" : ".biases");
+      p.shape.back() = part == 0 ? j.cols * q->bits / 32 : j.cols / q->group_size;
+      jobs.push_back(std::move(p));
+    }
+  };
+  LOOM_ASSIGN_OR_RETURN(const std::vector<ExpertStack> experts, FindExperts(in));
+  for (const ExpertStack& st : experts) {
+    if (mlx) {  // mlx-lm's switch_mlp stacks
+      const std::optional<std::string> module = GgufModuleToHf(st.stacked, hp.arch);
+      if (!module) return InternalError("convert: no MLX name for ", st.stacked);
+      add(StackedJob(st, ""), *module, ".weight");
+      continue;
+    }
+    for (int64_t e = 0; e < st.n; ++e) {  // transformers' one module per expert
+      const std::string gguf = st.per_expert + "." + std::to_string(e);
+      const std::optional<std::string> module = GgufModuleToHf(gguf, hp.arch);
+      if (!module) return InternalError("convert: no Hugging Face name for ", gguf);
+      add(ExpertJob(st, e, ""), *module, ".weight");
+    }
+  }
   for (const auto& [name, t] : in.tensors) {
-    const size_t dot = name.rfind('.');
-    const std::optional<std::string> module = GgufModuleToHf(name.substr(0, dot));
-    if (!module) continue;  // nothing to map it to (rope_freqs.weight: config.json says it)
-    const std::string suffix = name.substr(dot);
+    if (hp.is_moe() && IsExpertTensor(name)) continue;  // above
+    const std::optional<std::string> hf = GgufTensorToHf(name, hp.arch);
+    if (!hf) continue;  // nothing to map it to (rope_freqs.weight: config.json says it)
+    const size_t dot = hf->rfind('.');
     Job j;
+    j.name = name;  // the GGUF name until `add` names it
     j.src = &t;
     j.cols = t.shape.back();
     j.rows = t.elements() / std::max<int64_t>(1, j.cols);
     j.shape = t.shape;
-    j.type = ftype;
-    if (hp.rope_style != kernels::RopeStyle::kHalves && IsRotaryTensor(name)) {
+    if (hp.rope_style != to && IsRotaryTensor(name)) {
       j.permute_head = hp.head_dim;
       j.permute_elements = t.shape.size() == 1;
     }
-    if (mlx && t.shape.size() == 2 && suffix == ".weight" && j.cols % o.mlx.group_size == 0) {
-      j.mlx = o.mlx;
-      j.scale_type = ftype;
-      for (int part = 0; part < 3; ++part) {
-        Job q = j;
-        q.mlx_part = part;
-        q.name = *module + (part == 0 ? ".weight" : part == 1 ? ".scales" : ".biases");
-        q.shape = {j.rows, part == 0 ? j.cols * o.mlx.bits / 32 : j.cols / o.mlx.group_size};
-        jobs.push_back(std::move(q));
-      }
+    if (EndsWith(name, ".ffn_gate_inp_shexp.weight")) j.shape = {1, j.cols};  // a (1, dim) linear
+    const std::string module = hf->substr(0, dot), suffix = hf->substr(dot);
+    if (mlx && EndsWith(name, ".exp_probs_b.bias")) {
+      // mlx-lm keeps DeepSeek's choice bias in f32 (its cast_predicate).
+      j.type = DType::kF32;
+      j.name = *hf;
+      jobs.push_back(std::move(j));
       continue;
     }
-    j.name = *module + suffix;
-    jobs.push_back(std::move(j));
+    add(std::move(j), module, suffix);
   }
   SafetensorsWriter w;
   w.AddMetadata("format", mlx ? "mlx" : "pt");
@@ -401,15 +628,15 @@ Status WriteDirectory(const ModelFile& in, const std::string& out, const Convert
   for (size_t i = 0; i < jobs.size(); ++i) progress.total += w.tensor_size(i);
 
   const TokenizerSpec& tok = o.tokenizer != nullptr ? *o.tokenizer : in.tokenizer;
-  const std::string config = HfConfigJson(hp_out, tok, mlx ? &o.mlx : nullptr, TorchDtype(ftype));
+  const std::string config = HfConfigJson(hp_out, tok, mlx ? &quant : nullptr, TorchDtype(ftype));
   LOOM_RETURN_IF_ERROR(base::WriteFileAtomically(
       (dir / "config.json").string(),
       {reinterpret_cast<const std::byte*>(config.data()), config.size()}));
   LOOM_RETURN_IF_ERROR(w.BeginFile((dir / "model.safetensors").string()));
   const Sink sink = [&w](std::span<const std::byte> b) { return w.WriteTensorData(b); };
   for (size_t i : w.WriteOrder()) {
-    LOOM_RETURN_IF_ERROR(EmitJob(jobs[i], hp.rope_style, kernels::RopeStyle::kHalves, sink,
-                                 [&](int64_t n) { progress.Add(n); }));
+    LOOM_RETURN_IF_ERROR(
+        EmitJob(jobs[i], hp.rope_style, to, sink, [&](int64_t n) { progress.Add(n); }));
   }
   LOOM_RETURN_IF_ERROR(w.Finish());
   return CopyTokenizerFiles(in, dir);
@@ -455,13 +682,6 @@ Status ConvertModel(const ModelFile& in, const std::string& out, const ConvertOp
   if (FindArch(in.hparams.arch) == nullptr) {
     return UnimplementedError("convert: ", in.path, ": architecture '", in.hparams.arch,
                               "' is not supported");
-  }
-  // Neither output form writes these keys yet: refuse rather than drop them.
-  if (in.hparams.is_mla() || in.hparams.rope_scaling.type == RopeScalingType::kYarn) {
-    return UnimplementedError("convert: ", in.path, ": ",
-                              in.hparams.is_mla() ? "multi-head latent attention (deepseek2)"
-                                                  : "YaRN RoPE scaling",
-                              " cannot be converted yet");
   }
   std::error_code ec;
   if (fs::exists(out, ec) && fs::equivalent(out, in.path, ec)) {

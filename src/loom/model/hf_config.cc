@@ -15,11 +15,20 @@ namespace {
 using Json = nlohmann::json;
 
 constexpr std::array kHfArchs = {
-    HfArchName{"llama", "LlamaForCausalLM"},
-    HfArchName{"mistral", "MistralForCausalLM"},
-    HfArchName{"qwen2", "Qwen2ForCausalLM"},
-    HfArchName{"qwen3", "Qwen3ForCausalLM"},
+    HfArchName{"llama", "LlamaForCausalLM", "llama"},
+    HfArchName{"mistral", "MistralForCausalLM", "mistral"},
+    HfArchName{"qwen2", "Qwen2ForCausalLM", "qwen2"},
+    HfArchName{"qwen3", "Qwen3ForCausalLM", "qwen3"},
+    HfArchName{"mixtral", "MixtralForCausalLM", "llama"},
+    HfArchName{"qwen2_moe", "Qwen2MoeForCausalLM", "qwen2moe"},
+    HfArchName{"qwen3_moe", "Qwen3MoeForCausalLM", "qwen3moe"},
+    HfArchName{"deepseek_v3", "DeepseekV3ForCausalLM", "deepseek2"},
+    HfArchName{"deepseek_v2", "DeepseekV2ForCausalLM", "deepseek2"},
 };
+
+bool IsDeepseek(std::string_view model_type) {
+  return model_type == "deepseek_v3" || model_type == "deepseek_v2";
+}
 
 std::string Short(const Json& v) {
   std::string s = v.dump();
@@ -99,6 +108,42 @@ class ConfigKeys {
   const std::string& name_;
 };
 
+// DeepSeek's YaRN: the frequency ramp between beta_fast and beta_slow over the original context,
+// and the attention scores scaled by mscale^2, mscale = 1 + 0.1 * mscale_all_dim * ln(factor)
+// (GGUF: rope.scaling.yarn_log_multiplier = 0.1 * mscale_all_dim).  DeepSeek's modeling code also
+// scales the rotation by mscale(mscale) / mscale(mscale_all_dim), which is 1 in the released
+// configs (both 1.0 in V3, 0.707 in V2); other values are refused.
+Status ReadDeepseekYarn(const ConfigKeys& r, const std::string& name, HParams* hp) {
+  RopeScaling& s = hp->rope_scaling;
+  LOOM_ASSIGN_OR_RETURN(const double factor, r.Float("factor", 0.0));
+  LOOM_ASSIGN_OR_RETURN(s.original_context, r.Int("original_max_position_embeddings", int64_t{0}));
+  LOOM_ASSIGN_OR_RETURN(const double fast, r.Float("beta_fast", 32.0));
+  LOOM_ASSIGN_OR_RETURN(const double slow, r.Float("beta_slow", 1.0));
+  LOOM_ASSIGN_OR_RETURN(const double mscale, r.Float("mscale", 1.0));
+  LOOM_ASSIGN_OR_RETURN(const double all_dim, r.Float("mscale_all_dim", 0.0));
+  LOOM_ASSIGN_OR_RETURN(const double attn, r.Float("attention_factor", 1.0));
+  if (!(factor > 1.0 && factor < 1e6) || s.original_context <= 0 || !(fast > slow && slow > 0.0) ||
+      !(std::fabs(all_dim) < 1e3) || attn != 1.0) {
+    return InvalidArgumentError(name, ": rope_scaling yarn parameters out of range (factor ",
+                                factor, ", original_max_position_embeddings ",
+                                s.original_context, ", beta_fast ", fast, ", beta_slow ", slow,
+                                ", mscale_all_dim ", all_dim, ", attention_factor ", attn,
+                                "; expected factor > 1, a positive original context, beta_fast > "
+                                "beta_slow > 0, attention_factor 1)");
+  }
+  if (mscale != all_dim) {
+    return UnimplementedError(name, ": rope_scaling mscale ", mscale, " differs from mscale_all_dim ",
+                              all_dim, " (the rotation would be scaled; not supported)");
+  }
+  s.type = RopeScalingType::kYarn;
+  s.factor = static_cast<float>(factor);
+  s.beta_fast = static_cast<float>(fast);
+  s.beta_slow = static_cast<float>(slow);
+  s.yarn_log_mul = static_cast<float>(all_dim);
+  s.attn_factor = 1.0f;
+  return OkStatus();
+}
+
 Status ReadRopeScaling(const ConfigKeys& k, const std::string& name, HParams* hp) {
   const Json* rs = k.Get("rope_scaling");
   if (rs == nullptr) rs = k.Get("rope_parameters");  // newer transformers
@@ -118,6 +163,7 @@ Status ReadRopeScaling(const ConfigKeys& k, const std::string& name, HParams* hp
   }
   RopeScaling& s = hp->rope_scaling;
   if (type == "default" || type == "none") return OkStatus();
+  if (type == "yarn" && hp->arch == "deepseek2") return ReadDeepseekYarn(r, name, hp);
   if (type != "linear" && type != "llama3") {
     return UnimplementedError(name, ": rope_scaling type '", type,
                               "' is not supported (default, linear and llama3 are)");
@@ -184,7 +230,7 @@ Status CheckUnsupported(const ConfigKeys& k, const std::string& name, const HfCo
   }
   LOOM_ASSIGN_OR_RETURN(const bool mlp_bias, k.Bool("mlp_bias", false));
   if (mlp_bias) return UnimplementedError(name, ": mlp_bias true is not supported");
-  if (c.model_type != "qwen2") {
+  if (c.model_type != "qwen2" && c.model_type != "qwen2_moe") {
     // Qwen2 has q/k/v biases by definition; Llama/Mistral/Qwen3 with attention_bias would also
     // need an output-projection bias, which the forward pass lacks.
     LOOM_ASSIGN_OR_RETURN(const bool attention_bias, k.Bool("attention_bias", false));
@@ -198,9 +244,123 @@ Status CheckUnsupported(const ConfigKeys& k, const std::string& name, const HfCo
                               " is not supported (rotary embeddings cover whole heads)");
   }
   LOOM_ASSIGN_OR_RETURN(const bool sliding, k.Bool("use_sliding_window", false));
-  if (sliding && c.model_type != "mistral") {
+  if (sliding && c.model_type != "mistral" && c.model_type != "mixtral") {
     return UnimplementedError(name, ": use_sliding_window true is not supported for ",
                               c.model_type);
+  }
+  return OkStatus();
+}
+
+// Qwen-MoE's sparse-layer pattern: Loom runs models whose every layer is a mixture.
+Status CheckAllLayersSparse(const ConfigKeys& k, const std::string& name) {
+  LOOM_ASSIGN_OR_RETURN(const int64_t step, k.Int("decoder_sparse_step", int64_t{1}));
+  if (step != 1) {
+    return UnimplementedError(name, ": decoder_sparse_step ", step,
+                              " is not supported (every layer a mixture of experts: 1)");
+  }
+  if (const Json* only = k.Get("mlp_only_layers"); only != nullptr) {
+    if (!only->is_array() || !only->empty()) {
+      return UnimplementedError(name, ": mlp_only_layers ", Short(*only),
+                                " is not supported (dense layers among the experts; expected [])");
+    }
+  }
+  return OkStatus();
+}
+
+// DeepSeek-V2/V3 (deepseek_v2 / deepseek_v3, Kimi K2): latent attention and the routing keys.
+Status ReadDeepseek(const ConfigKeys& k, const std::string& name, HParams* hp) {
+  LOOM_ASSIGN_OR_RETURN(hp->q_lora_rank, k.Int("q_lora_rank", int64_t{0}));
+  LOOM_ASSIGN_OR_RETURN(hp->kv_lora_rank, k.Int("kv_lora_rank", std::nullopt));
+  LOOM_ASSIGN_OR_RETURN(const int64_t nope, k.Int("qk_nope_head_dim", std::nullopt));
+  LOOM_ASSIGN_OR_RETURN(hp->rope_dim, k.Int("qk_rope_head_dim", std::nullopt));
+  LOOM_ASSIGN_OR_RETURN(hp->v_head_dim, k.Int("v_head_dim", std::nullopt));
+  constexpr int64_t kMax = int64_t{1} << 16;
+  if (hp->kv_lora_rank <= 0 || hp->kv_lora_rank > kMax || hp->q_lora_rank < 0 ||
+      hp->q_lora_rank > kMax || nope <= 0 || nope > kMax || hp->rope_dim <= 0 ||
+      hp->rope_dim > kMax || hp->rope_dim % 2 != 0 || hp->v_head_dim <= 0 ||
+      hp->v_head_dim > kMax) {
+    return InvalidArgumentError(name, ": latent attention sizes out of range: q_lora_rank ",
+                                hp->q_lora_rank, ", kv_lora_rank ", hp->kv_lora_rank,
+                                ", qk_nope_head_dim ", nope, ", qk_rope_head_dim ", hp->rope_dim,
+                                ", v_head_dim ", hp->v_head_dim,
+                                " (expected positive sizes, qk_rope_head_dim even)");
+  }
+  hp->head_dim = nope + hp->rope_dim;
+  LOOM_ASSIGN_OR_RETURN(hp->n_experts, k.Int("n_routed_experts", std::nullopt));
+  LOOM_ASSIGN_OR_RETURN(hp->n_experts_used, k.Int("num_experts_per_tok", std::nullopt));
+  LOOM_ASSIGN_OR_RETURN(hp->expert_ffn_dim, k.Int("moe_intermediate_size", std::nullopt));
+  LOOM_ASSIGN_OR_RETURN(hp->n_shared_experts, k.Int("n_shared_experts", int64_t{0}));
+  LOOM_ASSIGN_OR_RETURN(hp->n_dense_layers, k.Int("first_k_dense_replace", int64_t{0}));
+  LOOM_ASSIGN_OR_RETURN(hp->n_expert_groups, k.Int("n_group", int64_t{1}));
+  LOOM_ASSIGN_OR_RETURN(hp->n_expert_groups_used, k.Int("topk_group", int64_t{1}));
+  LOOM_ASSIGN_OR_RETURN(const double scale, k.Float("routed_scaling_factor", 1.0));
+  LOOM_ASSIGN_OR_RETURN(hp->expert_weights_norm, k.Bool("norm_topk_prob", false));
+  LOOM_ASSIGN_OR_RETURN(const std::string scoring, k.String("scoring_func", "softmax"));
+  LOOM_ASSIGN_OR_RETURN(const std::string method, k.String("topk_method", "greedy"));
+  LOOM_ASSIGN_OR_RETURN(const int64_t freq, k.Int("moe_layer_freq", int64_t{1}));
+  if (scoring == "sigmoid") {
+    hp->gating = HParams::Gating::kSigmoid;
+  } else if (scoring != "softmax") {
+    return UnimplementedError(name, ": scoring_func '", scoring,
+                              "' is not supported (softmax, sigmoid)");
+  }
+  if (freq != 1) {
+    return UnimplementedError(name, ": moe_layer_freq ", freq, " is not supported (1)");
+  }
+  if (method == "greedy") {
+    hp->n_expert_groups = hp->n_expert_groups_used = 1;  // groups play no part
+  } else if (method != "noaux_tc") {
+    // group_limited_greedy scores a group by its best expert; Loom (as llama.cpp) by the sum of
+    // its best two, as noaux_tc does.
+    return UnimplementedError(name, ": topk_method '", method,
+                              "' is not supported (greedy, noaux_tc)");
+  }
+  if (hp->n_expert_groups <= 0) hp->n_expert_groups = 1;
+  if (hp->n_expert_groups > 1 &&
+      (hp->n_expert_groups > kMaxExpertGroups || hp->n_experts <= 0 ||
+       hp->n_experts % hp->n_expert_groups != 0 || hp->n_expert_groups_used < 1 ||
+       hp->n_expert_groups_used > hp->n_expert_groups ||
+       hp->n_experts / hp->n_expert_groups < 2 ||
+       hp->n_experts_used > hp->n_expert_groups_used * (hp->n_experts / hp->n_expert_groups))) {
+    return InvalidArgumentError(name, ": n_group ", hp->n_expert_groups, " and topk_group ",
+                                hp->n_expert_groups_used, " do not fit ", hp->n_experts,
+                                " experts of which ", hp->n_experts_used, " are used");
+  }
+  if (!(scale > 0.0 && scale < 1e6) || hp->n_shared_experts < 0 || hp->n_shared_experts > 64 ||
+      hp->n_dense_layers < 0 || hp->n_dense_layers > hp->n_layers) {
+    return InvalidArgumentError(name, ": routed_scaling_factor ", scale, ", n_shared_experts ",
+                                hp->n_shared_experts, " or first_k_dense_replace ",
+                                hp->n_dense_layers, " out of range");
+  }
+  hp->expert_weights_scale = static_cast<float>(scale);
+  return OkStatus();
+}
+
+// The mixture-of-experts keys of each family (Mixtral's experts are intermediate_size wide).
+Status ReadMoe(const ConfigKeys& k, const std::string& name, const HfConfig& c, HParams* hp) {
+  const std::string& t = c.model_type;
+  if (IsDeepseek(t)) return ReadDeepseek(k, name, hp);
+  if (t == "mixtral") {
+    LOOM_ASSIGN_OR_RETURN(hp->n_experts, k.Int("num_local_experts", std::nullopt));
+    LOOM_ASSIGN_OR_RETURN(hp->n_experts_used, k.Int("num_experts_per_tok", std::nullopt));
+    hp->expert_ffn_dim = hp->ffn_dim;
+    return OkStatus();
+  }
+  if (t != "qwen2_moe" && t != "qwen3_moe") return OkStatus();
+  LOOM_RETURN_IF_ERROR(CheckAllLayersSparse(k, name));
+  LOOM_ASSIGN_OR_RETURN(hp->n_experts, k.Int("num_experts", std::nullopt));
+  LOOM_ASSIGN_OR_RETURN(hp->n_experts_used, k.Int("num_experts_per_tok", std::nullopt));
+  LOOM_ASSIGN_OR_RETURN(hp->expert_ffn_dim, k.Int("moe_intermediate_size", std::nullopt));
+  // Transformers' default is false for both; the released Qwen3-MoE models set it true.
+  LOOM_ASSIGN_OR_RETURN(hp->expert_weights_norm, k.Bool("norm_topk_prob", false));
+  if (t == "qwen2_moe") {
+    hp->n_shared_experts = 1;
+    LOOM_ASSIGN_OR_RETURN(hp->shared_ffn_dim,
+                          k.Int("shared_expert_intermediate_size", std::nullopt));
+    if (hp->shared_ffn_dim <= 0 || hp->shared_ffn_dim > (int64_t{1} << 20)) {
+      return InvalidArgumentError(name, ": \"shared_expert_intermediate_size\" is ",
+                                  hp->shared_ffn_dim, " (expected a positive count)");
+    }
   }
   return OkStatus();
 }
@@ -222,6 +382,22 @@ const HfArchName* FindHfArch(std::string_view model_type) {
   return nullptr;
 }
 
+const HfArchName* HfArchFor(const HParams& hp) {
+  std::string_view type = hp.arch;
+  if (hp.arch == "llama" && hp.is_moe()) type = "mixtral";
+  if (hp.arch == "qwen2moe") type = "qwen2_moe";
+  if (hp.arch == "qwen3moe") type = "qwen3_moe";
+  if (hp.arch == "deepseek2") {
+    type = hp.gating == HParams::Gating::kSigmoid ? "deepseek_v3" : "deepseek_v2";
+  }
+  const HfArchName* a = FindHfArch(type);
+  return a != nullptr && a->arch == hp.arch ? a : nullptr;
+}
+
+kernels::RopeStyle HfRopeStyle(std::string_view arch) {
+  return arch == "deepseek2" ? kernels::RopeStyle::kInterleaved : kernels::RopeStyle::kHalves;
+}
+
 StatusOr<HfConfig> ParseHfConfig(std::string_view json_text, const std::string& name) {
   Json j;
   try {
@@ -240,7 +416,8 @@ StatusOr<HfConfig> ParseHfConfig(std::string_view json_text, const std::string& 
       if (a.is_string()) c.architectures.push_back(a.get<std::string>());
     }
   }
-  if (FindHfArch(c.model_type) == nullptr) {
+  const HfArchName* arch = FindHfArch(c.model_type);
+  if (arch == nullptr) {
     std::string known;
     for (const HfArchName& a : kHfArchs)
       known += (known.empty() ? "" : ", ") + std::string(a.model_type);
@@ -252,8 +429,8 @@ StatusOr<HfConfig> ParseHfConfig(std::string_view json_text, const std::string& 
                               " is not a supported architecture; supported: ", known);
   }
   HParams& hp = c.hp;
-  hp.arch = c.model_type;
-  hp.rope_style = kernels::RopeStyle::kHalves;
+  hp.arch = std::string(arch->arch);
+  hp.rope_style = HfRopeStyle(hp.arch);
   LOOM_ASSIGN_OR_RETURN(hp.dim, k.Int("hidden_size", std::nullopt));
   LOOM_ASSIGN_OR_RETURN(hp.n_layers, k.Int("num_hidden_layers", std::nullopt));
   LOOM_ASSIGN_OR_RETURN(hp.n_heads, k.Int("num_attention_heads", std::nullopt));
@@ -271,6 +448,7 @@ StatusOr<HfConfig> ParseHfConfig(std::string_view json_text, const std::string& 
   hp.rms_eps = static_cast<float>(eps);
   hp.rope_theta = static_cast<float>(theta);
   LOOM_RETURN_IF_ERROR(ReadRopeScaling(k, name, &hp));
+  LOOM_RETURN_IF_ERROR(ReadMoe(k, name, c, &hp));
   c.tie_given = k.Get("tie_word_embeddings") != nullptr;
   LOOM_ASSIGN_OR_RETURN(hp.tied_embeddings, k.Bool("tie_word_embeddings", false));
   LOOM_ASSIGN_OR_RETURN(c.torch_dtype, k.String("torch_dtype", ""));
@@ -278,7 +456,7 @@ StatusOr<HfConfig> ParseHfConfig(std::string_view json_text, const std::string& 
     LOOM_ASSIGN_OR_RETURN(c.torch_dtype, k.String("dtype", ""));
   }
   LOOM_RETURN_IF_ERROR(CheckUnsupported(k, name, c));
-  if (c.model_type == "mistral") {
+  if (c.model_type == "mistral" || c.model_type == "mixtral") {
     LOOM_ASSIGN_OR_RETURN(c.sliding_window, k.Int("sliding_window", int64_t{0}));
     if (c.sliding_window < 0) {
       return InvalidArgumentError(name, ": \"sliding_window\" is ", c.sliding_window);
@@ -309,12 +487,68 @@ StatusOr<HfConfig> ParseHfConfig(std::string_view json_text, const std::string& 
   return c;
 }
 
+namespace {
+
+// The mixture-of-experts and latent-attention keys of `arch`'s family.
+void AddMoeConfig(const HParams& hp, std::string_view model_type, nlohmann::ordered_json& j) {
+  if (model_type == "mixtral") {
+    j["num_local_experts"] = hp.n_experts;
+    j["num_experts_per_tok"] = hp.n_experts_used;
+    return;
+  }
+  if (model_type == "qwen2_moe" || model_type == "qwen3_moe") {
+    j["num_experts"] = hp.n_experts;
+    j["num_experts_per_tok"] = hp.n_experts_used;
+    j["moe_intermediate_size"] = hp.expert_ffn_dim;
+    if (model_type == "qwen2_moe") j["shared_expert_intermediate_size"] = hp.shared_ffn();
+    j["norm_topk_prob"] = hp.expert_weights_norm;
+    j["decoder_sparse_step"] = 1;
+    j["mlp_only_layers"] = nlohmann::ordered_json::array();
+    return;
+  }
+  if (!IsDeepseek(model_type)) return;
+  j.erase("head_dim");
+  j["q_lora_rank"] = hp.q_lora_rank > 0 ? nlohmann::ordered_json(hp.q_lora_rank) : nullptr;
+  j["kv_lora_rank"] = hp.kv_lora_rank;
+  j["qk_nope_head_dim"] = hp.head_dim - hp.rope_dim;
+  j["qk_rope_head_dim"] = hp.rope_dim;
+  j["v_head_dim"] = hp.v_head_dim;
+  j["n_routed_experts"] = hp.n_experts;
+  j["num_experts_per_tok"] = hp.n_experts_used;
+  j["moe_intermediate_size"] = hp.expert_ffn_dim;
+  j["n_shared_experts"] = hp.n_shared_experts;
+  j["first_k_dense_replace"] = hp.n_dense_layers;
+  j["moe_layer_freq"] = 1;
+  j["n_group"] = hp.n_expert_groups;
+  j["topk_group"] = hp.n_expert_groups_used;
+  j["topk_method"] = hp.n_expert_groups > 1 || hp.gating == HParams::Gating::kSigmoid
+                         ? "noaux_tc"
+                         : "greedy";
+  j["scoring_func"] = hp.gating == HParams::Gating::kSigmoid ? "sigmoid" : "softmax";
+  j["norm_topk_prob"] = hp.expert_weights_norm;
+  j["routed_scaling_factor"] = Shortest(hp.expert_weights_scale);
+  const RopeScaling& s = hp.rope_scaling;
+  if (s.type == RopeScalingType::kYarn) {
+    j["rope_scaling"] = {{"type", "yarn"},
+                         {"rope_type", "yarn"},
+                         {"factor", Shortest(s.factor)},
+                         {"original_max_position_embeddings", s.original_context},
+                         {"beta_fast", Shortest(s.beta_fast)},
+                         {"beta_slow", Shortest(s.beta_slow)},
+                         {"mscale", Shortest(s.yarn_log_mul)},
+                         {"mscale_all_dim", Shortest(s.yarn_log_mul)}};
+  }
+}
+
+}  // namespace
+
 std::string HfConfigJson(const HParams& hp, const TokenizerSpec& tokenizer,
-                         const MlxQuantParams* quant, std::string_view torch_dtype) {
-  const HfArchName* arch = FindHfArch(hp.arch);
+                         const MlxQuantConfig* quant, std::string_view torch_dtype) {
+  const HfArchName* arch = HfArchFor(hp);
+  const std::string_view model_type = arch != nullptr ? arch->model_type : "llama";
   nlohmann::ordered_json j;
   j["architectures"] = {std::string(arch != nullptr ? arch->class_name : "LlamaForCausalLM")};
-  j["model_type"] = std::string(arch != nullptr ? arch->model_type : "llama");
+  j["model_type"] = std::string(model_type);
   j["hidden_size"] = hp.dim;
   j["intermediate_size"] = hp.ffn_dim;
   j["num_hidden_layers"] = hp.n_layers;
@@ -338,13 +572,22 @@ std::string HfConfigJson(const HParams& hp, const TokenizerSpec& tokenizer,
     j["rope_scaling"] = nullptr;
   }
   j["hidden_act"] = "silu";
-  j["attention_bias"] = hp.arch == "qwen2";
+  if (hp.arch != "qwen2moe") j["attention_bias"] = hp.arch == "qwen2";
   j["tie_word_embeddings"] = hp.tied_embeddings;
   if (tokenizer.bos_id >= 0) j["bos_token_id"] = tokenizer.bos_id;
   if (tokenizer.eos_id >= 0) j["eos_token_id"] = tokenizer.eos_id;
   j["torch_dtype"] = std::string(torch_dtype);
+  AddMoeConfig(hp, model_type, j);
   if (quant != nullptr) {
-    const nlohmann::ordered_json q = {{"group_size", quant->group_size}, {"bits", quant->bits}};
+    nlohmann::ordered_json q = {{"group_size", quant->defaults.group_size},
+                                {"bits", quant->defaults.bits}};
+    for (const auto& [module, p] : quant->overrides) {
+      if (p) {
+        q[module] = {{"group_size", p->group_size}, {"bits", p->bits}};
+      } else {
+        q[module] = false;
+      }
+    }
     j["quantization"] = q;
     j["quantization_config"] = q;  // mlx-lm writes both
   }

@@ -33,38 +33,130 @@ constexpr std::array kLayerModules = {
     NamePair{"self_attn.q_norm", "attn_q_norm"}, NamePair{"self_attn.k_norm", "attn_k_norm"},
     NamePair{"mlp.gate_proj", "ffn_gate"},       NamePair{"mlp.up_proj", "ffn_up"},
     NamePair{"mlp.down_proj", "ffn_down"},
+    // DeepSeek's latent attention (MLX's mlx-lm splits kv_b_proj into embed_q / unembed_out).
+    NamePair{"self_attn.q_a_proj", "attn_q_a"},
+    NamePair{"self_attn.q_a_layernorm", "attn_q_a_norm"},
+    NamePair{"self_attn.q_b_proj", "attn_q_b"},
+    NamePair{"self_attn.kv_a_proj_with_mqa", "attn_kv_a_mqa"},
+    NamePair{"self_attn.kv_a_layernorm", "attn_kv_a_norm"},
+    NamePair{"self_attn.kv_b_proj", "attn_kv_b"},
+    NamePair{"self_attn.embed_q", "attn_k_b"},
+    NamePair{"self_attn.unembed_out", "attn_v_b"},
+    NamePair{"mlp.shared_expert_gate", "ffn_gate_inp_shexp"},
 };
+
+// Mixture-of-experts modules after the block's prefix ("mlp." or Mixtral's "block_sparse_moe.").
+constexpr std::array kMoeModules = {
+    NamePair{"gate", "ffn_gate_inp"},
+    NamePair{"switch_mlp.gate_proj", "ffn_gate_exps"},
+    NamePair{"switch_mlp.up_proj", "ffn_up_exps"},
+    NamePair{"switch_mlp.down_proj", "ffn_down_exps"},
+};
+constexpr std::array kSharedModules = {
+    NamePair{"gate_proj", "ffn_gate_shexp"},
+    NamePair{"up_proj", "ffn_up_shexp"},
+    NamePair{"down_proj", "ffn_down_shexp"},
+};
+// One expert's matrices: Qwen / DeepSeek names, Mixtral's, GGUF's.
+struct ExpertName {
+  std::string_view hf, mixtral, gguf;
+};
+constexpr std::array kExpertModules = {
+    ExpertName{"gate_proj", "w1", "ffn_gate"},
+    ExpertName{"up_proj", "w3", "ffn_up"},
+    ExpertName{"down_proj", "w2", "ffn_down"},
+};
+
+bool IsMixtral(std::string_view arch) { return arch == "llama" || arch == "mistral"; }
+
+// "12" -> 12 for canonical decimal numbers below 10^7.
+bool ParseIndex(std::string_view s, int64_t* n) {
+  if (s.empty() || s.size() > 7 || (s[0] == '0' && s.size() > 1)) return false;
+  *n = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+    *n = *n * 10 + (c - '0');
+  }
+  return true;
+}
 
 // "12.rest" -> (12, "rest") for canonical decimal layer numbers.
 bool SplitLayer(std::string_view s, int64_t* layer, std::string_view* rest) {
   const size_t dot = s.find('.');
-  if (dot == std::string_view::npos || dot == 0 || dot > 7) return false;
-  if (s[0] == '0' && dot > 1) return false;
-  int64_t n = 0;
-  for (size_t i = 0; i < dot; ++i) {
-    if (s[i] < '0' || s[i] > '9') return false;
-    n = n * 10 + (s[i] - '0');
-  }
-  *layer = n;
+  if (dot == std::string_view::npos || !ParseIndex(s.substr(0, dot), layer)) return false;
   *rest = s.substr(dot + 1);
   return true;
 }
 
-std::optional<std::string> MapModule(std::string_view name, std::string_view from_prefix,
-                                     std::string_view to_prefix, bool to_gguf) {
-  for (const NamePair& p : kTopModules) {
-    if (name == (to_gguf ? p.hf : p.gguf)) return std::string(to_gguf ? p.gguf : p.hf);
-  }
-  if (name.substr(0, from_prefix.size()) != from_prefix) return std::nullopt;
-  int64_t layer = 0;
-  std::string_view rest;
-  if (!SplitLayer(name.substr(from_prefix.size()), &layer, &rest)) return std::nullopt;
+bool StartsWith(std::string_view s, std::string_view prefix) {
+  return s.substr(0, prefix.size()) == prefix;
+}
+
+// A layer's module, Hugging Face -> GGUF (without the layer prefixes).
+std::optional<std::string> LayerToGguf(std::string_view rest) {
   for (const NamePair& p : kLayerModules) {
-    if (rest == (to_gguf ? p.hf : p.gguf)) {
-      return StrCat(to_prefix, layer, ".", to_gguf ? p.gguf : p.hf);
+    if (rest == p.hf) return std::string(p.gguf);
+  }
+  for (std::string_view block : {"mlp.", "block_sparse_moe."}) {
+    if (!StartsWith(rest, block)) continue;
+    const std::string_view r = rest.substr(block.size());
+    for (const NamePair& p : kMoeModules) {
+      if (r == p.hf) return std::string(p.gguf);
+    }
+    if (StartsWith(r, "experts.")) {
+      int64_t e = 0;
+      std::string_view w;
+      if (!SplitLayer(r.substr(8), &e, &w)) return std::nullopt;
+      for (const ExpertName& x : kExpertModules) {
+        if (w == x.hf || w == x.mixtral) return StrCat(x.gguf, ".", e);
+      }
+    }
+  }
+  for (std::string_view shared : {"mlp.shared_expert.", "mlp.shared_experts."}) {
+    if (!StartsWith(rest, shared)) continue;
+    for (const NamePair& p : kSharedModules) {
+      if (rest.substr(shared.size()) == p.hf) return std::string(p.gguf);
     }
   }
   return std::nullopt;
+}
+
+// A layer's module, GGUF -> Hugging Face.
+std::optional<std::string> LayerToHf(std::string_view rest, std::string_view arch) {
+  for (const NamePair& p : kLayerModules) {
+    if (rest == p.gguf) return std::string(p.hf);
+  }
+  const std::string_view block = IsMixtral(arch) ? "block_sparse_moe." : "mlp.";
+  for (const NamePair& p : kMoeModules) {
+    if (rest == p.gguf) return StrCat(block, p.hf);
+  }
+  for (const NamePair& p : kSharedModules) {
+    if (rest == p.gguf) {
+      return StrCat(arch == "qwen2moe" ? "mlp.shared_expert." : "mlp.shared_experts.", p.hf);
+    }
+  }
+  for (const ExpertName& x : kExpertModules) {
+    int64_t e = 0;
+    if (StartsWith(rest, x.gguf) && rest.size() > x.gguf.size() + 1 &&
+        rest[x.gguf.size()] == '.' && ParseIndex(rest.substr(x.gguf.size() + 1), &e)) {
+      return StrCat(block, "experts.", e, ".", IsMixtral(arch) ? x.mixtral : x.hf);
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> MapModule(std::string_view name, bool to_gguf, std::string_view arch) {
+  for (const NamePair& p : kTopModules) {
+    if (name == (to_gguf ? p.hf : p.gguf)) return std::string(to_gguf ? p.gguf : p.hf);
+  }
+  const std::string_view from_prefix = to_gguf ? "model.layers." : "blk.";
+  if (!StartsWith(name, from_prefix)) return std::nullopt;
+  int64_t layer = 0;
+  std::string_view rest;
+  if (!SplitLayer(name.substr(from_prefix.size()), &layer, &rest)) return std::nullopt;
+  const std::optional<std::string> r = to_gguf ? LayerToGguf(rest) : LayerToHf(rest, arch);
+  if (!r) return std::nullopt;
+  return StrCat(to_gguf ? "blk." : "model.layers.", layer, ".", *r);
 }
 
 // "a.b.weight" -> ("a.b", "weight").
@@ -152,6 +244,31 @@ StatusOr<kernels::DType> FloatDType(const SafetensorsTensor& t, const std::strin
   }
 }
 
+bool EndsWith(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+// Tensors GGUF (and MLX) store as (n, rows, cols) stacks.
+bool IsStacked(std::string_view gguf_name) {
+  for (std::string_view s : {"_exps.weight", ".attn_k_b.weight", ".attn_v_b.weight"}) {
+    if (EndsWith(gguf_name, s)) return true;
+  }
+  return false;
+}
+
+// Qwen2-MoE's shared-expert gate is a (1, dim) linear layer in Hugging Face files and a (dim)
+// vector in GGUF ones.
+Status ShapeAsGguf(const std::string& file, std::string_view hf_name, TensorInfo* t) {
+  if (!EndsWith(t->name, ".ffn_gate_inp_shexp.weight")) return OkStatus();
+  if (t->shape.size() == 2 && t->shape[0] == 1) {
+    t->shape = {t->shape[1]};
+  } else if (t->shape.size() != 1) {
+    return DataLossError(file, ": tensor '", hf_name, "' has ", t->shape.size(),
+                         " dimensions; expected (1, hidden_size)");
+  }
+  return OkStatus();
+}
+
 struct Located {
   const Shard* shard;
   const SafetensorsTensor* tensor;
@@ -190,6 +307,11 @@ Status BuildTensors(const HfConfig& cfg, const std::map<std::string, Located>& a
     t.name = *gguf + ".weight";
     LOOM_RETURN_IF_ERROR(MlxTensorFromParts(*weight->second.tensor, *loc.tensor,
                                             *biases->second.tensor, *p, where, &t));
+    if (t.shape.size() == 3 && !IsStacked(t.name)) {
+      return DataLossError(where, " is a stack of matrices; only experts (switch_mlp) and "
+                           "DeepSeek's embed_q / unembed_out are");
+    }
+    LOOM_RETURN_IF_ERROR(ShapeAsGguf(loc.shard->path, module, &t));
     m->tensors.emplace(t.name, std::move(t));
   }
   for (const auto& [name, loc] : all) {
@@ -198,23 +320,27 @@ Status BuildTensors(const HfConfig& cfg, const std::map<std::string, Located>& a
     if (suffix == "biases") {
       return DataLossError(loc.shard->path, ": module '", module, "' has .biases but no .scales");
     }
-    const std::optional<std::string> gguf = HfModuleToGguf(module);
-    if (!gguf || (suffix != "weight" && suffix != "bias")) {
+    const std::optional<std::string> gguf = HfTensorToGguf(name);
+    if (!gguf) {
       // Old checkpoints store rotary tables; other tensors (vision towers, ...) are not used.
       if (name.find("rotary_emb.inv_freq") == std::string::npos) ignored.push_back(name);
       continue;
     }
     TensorInfo t;
-    t.name = *gguf + "." + suffix;
+    t.name = *gguf;
     LOOM_ASSIGN_OR_RETURN(t.type, FloatDType(*loc.tensor, loc.shard->path));
     t.shape = loc.tensor->shape;
     t.data = loc.tensor->data.data();
     t.size_bytes = static_cast<int64_t>(loc.tensor->data.size());
     t.file_offset = loc.tensor->file_offset;
-    if (t.shape.empty() || t.shape.size() > 2 || t.size_bytes == 0) {
+    // Stacked experts (MLX's switch_mlp, attn_k_b / attn_v_b) are the only 3-D tensors.
+    const size_t max_dims = IsStacked(t.name) ? 3 : 2;
+    if (t.shape.empty() || t.shape.size() > max_dims || t.size_bytes == 0) {
       return DataLossError(loc.shard->path, ": tensor '", name, "' has ", t.shape.size(),
-                           " dimensions and ", t.size_bytes, " bytes; expected a vector or matrix");
+                           " dimensions and ", t.size_bytes, " bytes; expected a vector or matrix",
+                           max_dims == 3 ? " or a stack of matrices" : "");
     }
+    LOOM_RETURN_IF_ERROR(ShapeAsGguf(loc.shard->path, name, &t));
     m->tensors.emplace(t.name, std::move(t));
   }
   if (!ignored.empty()) {
@@ -226,14 +352,73 @@ Status BuildTensors(const HfConfig& cfg, const std::map<std::string, Located>& a
   return OkStatus();
 }
 
+// Experts stored one tensor each must be numbered below the config's expert count (the binding
+// finds missing ones; extra ones would be ignored silently).
+Status CheckExpertIndices(const ModelFile& m, const std::string& config_path) {
+  for (const auto& [name, t] : m.tensors) {
+    int64_t layer = 0, e = 0;
+    std::string_view rest;
+    if (!StartsWith(name, "blk.") || !SplitLayer(std::string_view(name).substr(4), &layer, &rest)) {
+      continue;
+    }
+    for (const ExpertName& x : kExpertModules) {
+      if (!StartsWith(rest, StrCat(x.gguf, ".")) || !EndsWith(rest, ".weight")) continue;
+      const std::string_view index =
+          rest.substr(x.gguf.size() + 1, rest.size() - x.gguf.size() - 1 - 7);
+      if (ParseIndex(index, &e) && e >= m.hparams.n_experts) {
+        return DataLossError(m.path, ": layer ", layer, " has a tensor for expert ", e, " but ",
+                             config_path, " says the model has ", m.hparams.n_experts,
+                             " experts");
+      }
+    }
+  }
+  return OkStatus();
+}
+
 }  // namespace
 
 std::optional<std::string> HfModuleToGguf(std::string_view hf_module) {
-  return MapModule(hf_module, "model.layers.", "blk.", /*to_gguf=*/true);
+  return MapModule(hf_module, /*to_gguf=*/true, {});
 }
 
-std::optional<std::string> GgufModuleToHf(std::string_view gguf_module) {
-  return MapModule(gguf_module, "blk.", "model.layers.", /*to_gguf=*/false);
+std::optional<std::string> GgufModuleToHf(std::string_view gguf_module, std::string_view arch) {
+  return MapModule(gguf_module, /*to_gguf=*/false, arch);
+}
+
+std::optional<std::string> HfTensorToGguf(std::string_view hf_tensor) {
+  const size_t dot = hf_tensor.rfind('.');
+  if (dot == std::string_view::npos) return std::nullopt;
+  const std::string_view suffix = hf_tensor.substr(dot + 1);
+  const std::optional<std::string> module = HfModuleToGguf(hf_tensor.substr(0, dot));
+  if (!module) return std::nullopt;
+  if (suffix == "e_score_correction_bias") {
+    constexpr std::string_view kRouter = ".ffn_gate_inp";
+    if (module->size() <= kRouter.size() ||
+        std::string_view(*module).substr(module->size() - kRouter.size()) != kRouter) {
+      return std::nullopt;
+    }
+    return module->substr(0, module->size() - kRouter.size()) + ".exp_probs_b.bias";
+  }
+  if (suffix != "weight" && suffix != "bias") return std::nullopt;
+  return StrCat(*module, ".", suffix);
+}
+
+std::optional<std::string> GgufTensorToHf(std::string_view gguf_tensor, std::string_view arch) {
+  const size_t dot = gguf_tensor.rfind('.');
+  if (dot == std::string_view::npos) return std::nullopt;
+  const std::string_view module = gguf_tensor.substr(0, dot);
+  const std::string_view suffix = gguf_tensor.substr(dot + 1);
+  constexpr std::string_view kBias = ".exp_probs_b";
+  if (suffix == "bias" && module.size() > kBias.size() &&
+      module.substr(module.size() - kBias.size()) == kBias) {
+    const std::optional<std::string> router = GgufModuleToHf(
+        StrCat(module.substr(0, module.size() - kBias.size()), ".ffn_gate_inp"), arch);
+    if (!router) return std::nullopt;
+    return *router + ".e_score_correction_bias";
+  }
+  const std::optional<std::string> m = GgufModuleToHf(module, arch);
+  if (!m) return std::nullopt;
+  return StrCat(*m, ".", suffix);
 }
 
 bool IsModelDirectory(const std::string& dir) {
@@ -286,6 +471,7 @@ StatusOr<std::unique_ptr<ModelFile>> OpenModelDirectory(const std::string& dir) 
   LOOM_RETURN_IF_ERROR(BuildTensors(cfg, all, config_path, m.get()));
 
   HParams& hp = m->hparams;
+  LOOM_RETURN_IF_ERROR(CheckExpertIndices(*m, config_path));
   const bool has_output = m->tensors.count("output.weight") != 0;
   if (hp.tied_embeddings && has_output) {
     // Transformers ties the head to the embedding whatever lm_head.weight holds.
@@ -294,7 +480,7 @@ StatusOr<std::unique_ptr<ModelFile>> OpenModelDirectory(const std::string& dir) 
   } else if (!has_output && !cfg.tie_given) {
     hp.tied_embeddings = true;  // exporters drop lm_head when it equals the embedding
   }
-  if (cfg.sliding_window > 0 && cfg.sliding_window < hp.context_length) {
+  if (cfg.sliding_window > 0 && cfg.sliding_window < hp.context_length) {  // Mistral, Mixtral
     // Attention over a sliding window equals full attention up to the window's length.
     m->metadata["hf.sliding_window"] = StrCat(cfg.sliding_window, " (context limited to it)");
     hp.context_length = cfg.sliding_window;

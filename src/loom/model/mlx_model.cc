@@ -161,29 +161,33 @@ int MlxBits(kernels::DType type) {
 Status MlxTensorFromParts(const SafetensorsTensor& weight, const SafetensorsTensor& scales,
                           const SafetensorsTensor& biases, const MlxQuantParams& p,
                           const std::string& where, TensorInfo* out) {
-  if (weight.dtype != StDType::kU32 || weight.shape.size() != 2) {
+  // A matrix (rows, ...) or a stack of them (n, rows, ...), as MLX stores mixtures' experts.
+  const size_t dims = weight.shape.size();
+  if (weight.dtype != StDType::kU32 || (dims != 2 && dims != 3)) {
     return DataLossError(where, ": quantized weight is ", StDTypeName(weight.dtype), " ",
-                         Shape2(weight.shape), ", expected U32 (rows, packed words)");
+                         Shape2(weight.shape), ", expected U32 ([n,] rows, packed words)");
   }
-  if (!IsFloatType(scales.dtype) || scales.shape.size() != 2) {
+  if (!IsFloatType(scales.dtype) || scales.shape.size() != dims) {
     return DataLossError(where, ": scales are ", StDTypeName(scales.dtype), " ",
-                         Shape2(scales.shape), ", expected F32, F16 or BF16 (rows, groups)");
+                         Shape2(scales.shape), ", expected F32, F16 or BF16 ([n,] rows, groups)");
   }
   if (biases.dtype != scales.dtype || biases.shape != scales.shape) {
     return DataLossError(where, ": biases are ", StDTypeName(biases.dtype), " ",
                          Shape2(biases.shape), " but scales are ", StDTypeName(scales.dtype), " ",
                          Shape2(scales.shape));
   }
-  const int64_t rows = weight.shape[0];
-  const int64_t words = weight.shape[1];
-  const int64_t groups = scales.shape[1];
-  if (scales.shape[0] != rows) {
-    return DataLossError(where, ": scales have ", scales.shape[0], " rows but the weight has ",
-                         rows);
+  const int64_t stack = dims == 3 ? weight.shape[0] : 1;
+  const int64_t rows = weight.shape[dims - 2];
+  const int64_t words = weight.shape[dims - 1];
+  const int64_t groups = scales.shape[dims - 1];
+  if (scales.shape[dims - 2] != rows || (dims == 3 && scales.shape[0] != stack)) {
+    return DataLossError(where, ": scales have ", scales.shape[dims - 2], " rows",
+                         dims == 3 ? StrCat(" in ", scales.shape[0], " stacked matrices") : "",
+                         " but the weight has ", rows, dims == 3 ? StrCat(" in ", stack) : "");
   }
   // Sizes are bounded by the file size, so these products cannot overflow.
   const int64_t cols = groups * p.group_size;
-  if (rows <= 0 || groups <= 0 || words * 32 != cols * p.bits) {
+  if (stack <= 0 || rows <= 0 || groups <= 0 || words * 32 != cols * p.bits) {
     return DataLossError(where, ": ", words, " packed words per row do not hold ", groups,
                          " groups of ", p.group_size, " values at ", p.bits, " bits (expected ",
                          cols * p.bits / 32, " words)");
@@ -191,7 +195,7 @@ Status MlxTensorFromParts(const SafetensorsTensor& weight, const SafetensorsTens
   const StatusOr<kernels::DType> type = MlxDType(p.bits);
   if (!type.ok()) return Status(type.status().code(), StrCat(where, ": ", type.status().message()));
   out->type = *type;
-  out->shape = {rows, cols};
+  out->shape = dims == 3 ? std::vector<int64_t>{stack, rows, cols} : std::vector<int64_t>{rows, cols};
   out->data = weight.data.data();
   out->size_bytes = static_cast<int64_t>(weight.data.size());
   out->file_offset = weight.file_offset;

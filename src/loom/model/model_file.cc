@@ -161,14 +161,18 @@ Status CheckLlamaTensors(const ModelFile& m) {
     LOOM_RETURN_IF_ERROR(CheckTensor(m, p + "ffn_norm.weight", {hp.dim}));
     if (hp.is_moe()) {
       const int64_t e = hp.n_experts, f = hp.expert_ffn_dim;
+      LOOM_RETURN_IF_ERROR(CheckTensor(m, p + "ffn_gate_inp.weight", {e, hp.dim}));
       if (m.tensors.count(p + "ffn_gate_exps.weight") == 0 &&
           m.tensors.count(p + "ffn_gate.0.weight") != 0) {
-        return UnimplementedError(m.path, ": experts stored one tensor each ('", p,
-                                  "ffn_gate.0.weight'), as early Mixtral GGUF files did; convert "
-                                  "the model again with a current llama.cpp (stacked ",
-                                  p, "ffn_gate_exps.weight)");
+        // One tensor per expert (Hugging Face files, early llama.cpp Mixtral files).
+        for (int64_t x = 0; x < e; ++x) {
+          const std::string i = "." + std::to_string(x) + ".weight";
+          LOOM_RETURN_IF_ERROR(CheckTensor(m, p + "ffn_gate" + i, {f, hp.dim}));
+          LOOM_RETURN_IF_ERROR(CheckTensor(m, p + "ffn_up" + i, {f, hp.dim}));
+          LOOM_RETURN_IF_ERROR(CheckTensor(m, p + "ffn_down" + i, {hp.dim, f}));
+        }
+        continue;
       }
-      LOOM_RETURN_IF_ERROR(CheckTensor(m, p + "ffn_gate_inp.weight", {e, hp.dim}));
       LOOM_RETURN_IF_ERROR(CheckTensor(m, p + "ffn_gate_exps.weight", {e, f, hp.dim}));
       LOOM_RETURN_IF_ERROR(CheckTensor(m, p + "ffn_up_exps.weight", {e, f, hp.dim}));
       LOOM_RETURN_IF_ERROR(CheckTensor(m, p + "ffn_down_exps.weight", {e, hp.dim, f}));
@@ -212,6 +216,17 @@ std::string HexPrefix(std::span<const std::byte> bytes) {
 }
 
 }  // namespace
+
+bool IsExpertTensor(const std::string& name) {
+  if (name.find("_exps.") != std::string::npos) return true;
+  for (const char* kind : {".ffn_gate.", ".ffn_up.", ".ffn_down."}) {
+    const size_t at = name.find(kind);
+    if (at == std::string::npos) continue;
+    const size_t digits = at + std::strlen(kind);
+    return digits < name.size() && name[digits] >= '0' && name[digits] <= '9';
+  }
+  return false;
+}
 
 kernels::MatrixView TensorInfo::matrix() const {
   kernels::MatrixView v;
@@ -262,7 +277,7 @@ ParameterCounts CountParameters(const ModelFile& model) {
     const int64_t size = t.size_bytes + 2 * t.scales_bytes;
     c.total += n;
     double share = 1.0;  // of the tensor a token uses
-    if (hp.is_moe() && name.find("_exps.") != std::string::npos) {
+    if (hp.is_moe() && IsExpertTensor(name)) {
       share = static_cast<double>(hp.n_experts_used) / static_cast<double>(hp.n_experts);
     }
     active += share * static_cast<double>(n);

@@ -14,6 +14,8 @@
 //     blk.N.ffn_gate_inp.weight (n_experts, dim)   the router
 //     blk.N.ffn_gate_exps.weight / ffn_up_exps.weight (n_experts, expert_ffn_dim, dim)
 //     blk.N.ffn_down_exps.weight (n_experts, dim, expert_ffn_dim)
+//     or one tensor per expert E: blk.N.ffn_{gate,up}.E.weight (expert_ffn_dim, dim) and
+//     blk.N.ffn_down.E.weight (dim, expert_ffn_dim) (Hugging Face files)
 //   DeepSeek-V2/V3 ("deepseek2"): latent attention and shared experts, see arch_deepseek2.cc.
 // Shapes here are written outermost first (rows, cols), unlike GGUF's ne[] order.
 #pragma once
@@ -187,6 +189,10 @@ struct ParameterCounts {
   int64_t active_bytes_per_token = 0;
 };
 ParameterCounts CountParameters(const ModelFile& model);
+
+// Whether a tensor holds routed experts' matrices: stacked (blk.N.ffn_gate_exps.weight) or one
+// expert's (blk.N.ffn_gate.E.weight, as Hugging Face files give them).
+bool IsExpertTensor(const std::string& name);
 
 // Opens a model by sniffing its format (GGUF magic, llama2.c "ak42" magic, else a plausible legacy
 // llama2.c header).  Errors name the file and the problem.  A llama2.c checkpoint carries no
