@@ -436,7 +436,8 @@ TEST(MoeDirectoryTest, AnExpertParallelShardBindsOnlyItsOwnExperts) {
   ASSERT_TRUE(Convert(WriteSynth(dir, kFamilies[2]), hf, ConvertFormat::kHf).ok());
   auto m = OpenModel(hf);
   ASSERT_TRUE(m.ok()) << m.status().ToString();
-  ShardSpec shard;
+  ShardSpec shard;  // as an expert-parallel rank: its heads and its experts
+  shard.n_heads = (*m)->hparams.n_heads / 2;
   shard.expert_begin = 2;
   shard.n_experts = 3;
   auto w = BindWeights(**m, shard);
