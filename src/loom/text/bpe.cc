@@ -1,6 +1,7 @@
 #include "loom/text/bpe.h"
 
 #include <algorithm>
+#include <iterator>
 #include <queue>
 #include <utility>
 
@@ -135,6 +136,13 @@ StatusOr<BpeOptions> BpeOptionsForPre(std::string_view pre, std::string_view sou
     o.pre.nfc = true;  // Qwen's tokenizer.json normalizes to NFC
   } else if (pre == "gpt-2" || pre == "gpt2") {
     o.pre.split_regexes = {std::string(kGpt2Regex)};
+  } else if (pre == "deepseek-v3") {
+    o.pre.split_regexes.assign(std::begin(kDeepSeekV3Regexes), std::end(kDeepSeekV3Regexes));
+  } else if (pre == "kimi-k2") {
+    o.pre.split_regexes = {std::string(kKimiK2Regex)};
+    // tiktoken takes a piece that is itself a token whole (llama.cpp leaves this out; with a
+    // vocabulary converted from ranks, merging reaches the same token in practice).
+    o.ignore_merges = true;
   } else if (pre == "tekken") {
     o.pre.split_regexes = {std::string(kTekkenRegex)};
     o.ignore_merges = true;
@@ -147,7 +155,7 @@ StatusOr<BpeOptions> BpeOptionsForPre(std::string_view pre, std::string_view sou
   } else {
     return UnimplementedError(source, ": byte-level BPE pre-tokenizer '", pre,
                               "' is not supported (known: llama-bpe, llama3, qwen2, gpt-2, tekken, "
-                              "smaug-bpe, deepseek-r1-qwen, default)");
+                              "smaug-bpe, deepseek-r1-qwen, deepseek-v3, kimi-k2, default)");
   }
   return o;
 }
@@ -170,6 +178,10 @@ StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::Create(model::TokenizerSpe
   }
   if (static_cast<int64_t>(spec.merges.size()) >= INT32_MAX) {
     return InvalidArgumentError(source, ": bpe: too many merges (", spec.merges.size(), ")");
+  }
+  if (!options.merge_ranks.empty() && options.merge_ranks.size() != spec.merges.size()) {
+    return InvalidArgumentError(source, ": bpe: ", options.merge_ranks.size(), " merge ranks for ",
+                                spec.merges.size(), " merges");
   }
   const std::pair<const char*, int32_t> special_ids[] = {
       {"bos", spec.bos_id}, {"eos", spec.eos_id}, {"unk", spec.unk_id}, {"pad", spec.pad_id}};
@@ -295,7 +307,9 @@ StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::Create(model::TokenizerSpe
       return InvalidArgumentError(source, ": bpe: merge ", rank, " '", merge, "' makes '", joined,
                                   "', which is not in the vocabulary");
     }
-    t->merges_.Insert(PairKey(a, b), Merge{.rank = static_cast<int32_t>(rank), .id = m});
+    const int32_t priority =
+        options.merge_ranks.empty() ? static_cast<int32_t>(rank) : options.merge_ranks[rank];
+    t->merges_.Insert(PairKey(a, b), Merge{.rank = priority, .id = m});
   }
   return t;
 }

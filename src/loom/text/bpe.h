@@ -34,10 +34,14 @@ namespace loom::text {
 struct BpeOptions : AddedTokenOptions {
   PreTokenizerConfig pre;
   bool ignore_merges = false;
+  // (merges) the priority of each merge when it is not its index: tiktoken vocabularies give every
+  // split of a token the token's rank (tiktoken_file.h).  Empty: merge i has priority i.
+  std::vector<int32_t> merge_ranks;
 };
 
 // The options for a GGUF tokenizer.ggml.pre name ("llama-bpe", "qwen2", "gpt-2", "tekken",
-// "default", ...); Unimplemented for names whose regexes are not known here.
+// "deepseek-v3", "kimi-k2", "default", ...); Unimplemented for names whose regexes are not known
+// here.
 StatusOr<BpeOptions> BpeOptionsForPre(std::string_view pre, std::string_view source);
 
 class BpeTokenizer final : public Tokenizer {

