@@ -213,7 +213,8 @@ for (const type of opt.types) {
 report.load_end = load();
 
 console.log(`threads ${opt.threads}, prompt ${opt.p}, generation ${opt.n}, ${opt.rounds} ` +
-  `alternated rounds; llama.cpp ${report.llama_cpp.release} (node-llama-cpp, prebuilt CPU)`);
+  `alternated rounds; llama.cpp from node-llama-cpp's prebuilt CPU binary (its binaries' release ` +
+  `tag ${report.llama_cpp.release})`);
 console.log(`load average ${report.load_start} at the start, ${report.load_end} at the end`);
 console.log(`JS overhead on the tiny model: ${report.js_overhead.js_us_per_token.toFixed(0)} us/token`);
 console.log("| type | active MB/token | loom pp | llama.cpp pp | ratio | loom tg | llama.cpp tg " +
