@@ -3,8 +3,8 @@
 // shapes.  `--arch mixtral|qwen2moe|qwen3moe|deepseek2 --experts E --experts-used K [--expert-ffn
 // F]` makes every layer a mixture of experts; `--peaked` scales the weights so the next-token
 // distribution is peaked (for comparisons with other implementations); `--layers N` keeps the
-// shape but writes N layers (qwen3-30b-a3b: 12 of its 48 fit a shared benchmark machine).  Big models show progress
-// (percent, MB/s) on stderr; the write is atomic.
+// shape but writes N layers (qwen3-30b-a3b: 12 of its 48 fit a shared benchmark machine).  Big
+// models show progress (percent, MB/s) on stderr; the write is atomic.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>

@@ -308,8 +308,8 @@ Status CheckShape(const SynthOptions& o) {
       s.n_layers <= 0 || s.context_length <= 0) {
     return InvalidArgumentError("synth: inconsistent shape '", s.name, "'");
   }
-  if (HeadDim(s) != s.dim / s.n_heads &&
-      (o.arch != SynthArch::kQwen3Moe || HeadDim(s) % 2 != 0 || (s.n_heads * HeadDim(s)) % block != 0)) {
+  if (HeadDim(s) != s.dim / s.n_heads && (o.arch != SynthArch::kQwen3Moe || HeadDim(s) % 2 != 0 ||
+                                          (s.n_heads * HeadDim(s)) % block != 0)) {
     return InvalidArgumentError("synth: shape '", s.name, "' has heads of ", HeadDim(s),
                                 " values (not dim / heads); only --arch qwen3moe writes it");
   }
