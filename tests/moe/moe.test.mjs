@@ -51,7 +51,8 @@ async function loom(args) {
 
 async function synth(name, args) {
   const file = path.join(tmp, name + ".gguf");
-  await loom(["synth", "--shape", "tiny", "--peaked", "--threads", "2", "-o", file, ...args]);
+  const shape = args.includes("--shape") ? [] : ["--shape", "tiny"];
+  await loom(["synth", ...shape, "--peaked", "--threads", "2", "-o", file, ...args]);
   return file;
 }
 
@@ -124,6 +125,9 @@ const qwen3moe = ["--arch", "qwen3moe", "--experts", "16", "--experts-used", "4"
 // DeepSeek-V3-shaped (synth.h): latent attention with YaRN, a dense first layer, then 16 experts
 // in 2 groups (1 used), 4 chosen by sigmoid score plus bias, one shared expert.
 const deepseek2 = ["--arch", "deepseek2", "--experts", "16", "--experts-used", "4", "--expert-ffn", "32"];
+const kquantShape = ["--shape", "small", "--layers", "2"];
+const qwen3moeK = ["--arch", "qwen3moe", "--experts", "16", "--experts-used", "4", "--expert-ffn",
+  "256", ...kquantShape];
 const cases = [
   { name: "mixtral-f32", args: [...mixtral, "--type", "f32", "--seed", "3"] },
   { name: "mixtral-q8_0", args: [...mixtral, "--type", "q8_0", "--seed", "2"] },
@@ -133,6 +137,11 @@ const cases = [
   { name: "qwen3moe-f32", args: [...qwen3moe, "--type", "f32", "--seed", "2"] },
   { name: "qwen3moe-q8_0", args: [...qwen3moe, "--type", "q8_0", "--seed", "2"] },
   { name: "qwen3moe-q4_0", args: [...qwen3moe, "--type", "q4_0", "--seed", "7"] },
+  // K-quant experts: rows of whole 256-value blocks need the "small" shape (dim 512), 2 of its 8
+  // layers to keep the test quick.
+  { name: "mixtral-q4_k", args: [...mixtral, ...kquantShape, "--type", "q4_k", "--seed", "1"] },
+  { name: "mixtral-q6_k", args: [...mixtral, ...kquantShape, "--type", "q6_k", "--seed", "1"] },
+  { name: "qwen3moe-q4_k", args: [...qwen3moeK, "--type", "q4_k", "--seed", "1"] },
   { name: "deepseek2-f32", args: [...deepseek2, "--type", "f32", "--seed", "1"] },
   { name: "deepseek2-q8_0", args: [...deepseek2, "--type", "q8_0", "--seed", "3"] },
   // The newer layout (attn_k_b / attn_v_b, key_length_mla): llama.cpp's absorbed MLA path.

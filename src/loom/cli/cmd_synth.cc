@@ -2,8 +2,9 @@
 // with deterministic pseudo-random weights and a working tokenizer; `loom synth --list` prints the
 // shapes.  `--arch mixtral|qwen2moe|qwen3moe|deepseek2 --experts E --experts-used K [--expert-ffn
 // F]` makes every layer a mixture of experts; `--peaked` scales the weights so the next-token
-// distribution is peaked (for comparisons with other implementations).  Big models show progress
-// (percent, MB/s) on stderr; the write is atomic.
+// distribution is peaked (for comparisons with other implementations); `--layers N` keeps the
+// shape but writes N layers (qwen3-30b-a3b: 12 of its 48 fit a shared benchmark machine).  Big
+// models show progress (percent, MB/s) on stderr; the write is atomic.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -25,6 +26,8 @@ struct SynthCliOptions {
   int64_t experts = 8;
   int64_t experts_used = 2;
   int64_t expert_ffn = 0;
+  bool experts_given = false, experts_used_given = false, expert_ffn_given = false;
+  int64_t layers = 0;  // 0: the shape's
   bool peaked = false;
   float yarn = 0.0f;
   bool mla_split = false;
@@ -36,7 +39,8 @@ struct SynthCliOptions {
 // Parameters of a dense model of the shape; with `experts`, of every expert in place of the dense
 // feed-forward block (plus routers and, qwen3moe, q/k norms).
 int64_t ParameterCount(const model::SynthShape& s, const model::SynthOptions* experts = nullptr) {
-  const int64_t head_dim = s.dim / s.n_heads;
+  const int64_t head_dim = model::HeadDim(s);
+  const int64_t q = s.n_heads * head_dim;
   const int64_t kv = s.n_kv_heads * head_dim;
   int64_t ffn = 3 * s.dim * s.ffn_dim;
   int64_t extra = 0;
@@ -53,7 +57,7 @@ int64_t ParameterCount(const model::SynthShape& s, const model::SynthOptions* ex
       extra = s.dim + 2 * kv + 3 * s.dim * 2 * f + s.dim;
     }
   }
-  const int64_t per_layer = 2 * s.dim + 2 * s.dim * s.dim + 2 * kv * s.dim + ffn + extra;
+  const int64_t per_layer = 2 * s.dim + 2 * q * s.dim + 2 * kv * s.dim + ffn + extra;
   return 2 * s.vocab_size * s.dim + s.dim + s.n_layers * per_layer;
 }
 
@@ -104,11 +108,15 @@ int RunSynth(const SynthCliOptions& o) {
   }
   model::SynthOptions options;
   options.shape = *shape;
+  if (o.layers > 0) options.shape.n_layers = o.layers;
   options.type = *type;
   options.arch = *arch;
-  options.n_experts = o.experts;
-  options.n_experts_used = o.experts_used;
-  options.expert_ffn_dim = o.expert_ffn;
+  // The shape's own experts unless the flags say otherwise.
+  options.n_experts = !o.experts_given && shape->experts > 0 ? shape->experts : o.experts;
+  options.n_experts_used =
+      !o.experts_used_given && shape->experts_used > 0 ? shape->experts_used : o.experts_used;
+  options.expert_ffn_dim =
+      !o.expert_ffn_given && shape->expert_ffn > 0 ? shape->expert_ffn : o.expert_ffn;
   options.peaked = o.peaked;
   options.yarn_factor = o.yarn;
   options.mla_split = o.mla_split;
@@ -135,7 +143,7 @@ int RunSynth(const SynthCliOptions& o) {
   std::fprintf(stderr, "loom synth: wrote %s (%s %s %.*s, %.2fM parameters, seed %llu) in %.1f s\n",
                o.out.c_str(), std::string(kernels::Traits(*type).name).c_str(), o.arch.c_str(),
                static_cast<int>(shape->name.size()), shape->name.data(),
-               static_cast<double>(ParameterCount(*shape, &options)) / 1e6,
+               static_cast<double>(ParameterCount(options.shape, &options)) / 1e6,
                static_cast<unsigned long long>(o.seed), watch.Seconds());
   return 0;
 }
@@ -145,7 +153,8 @@ int RunSynth(const SynthCliOptions& o) {
 void AddSynthCommand(CLI::App& app, Action* action) {
   CLI::App* sub = app.add_subcommand("synth", "write a model with random weights");
   auto options = std::make_shared<SynthCliOptions>();
-  sub->add_option("--shape", options->shape, "tiny | tinyllama-1.1b | llama2-7b (see --list)")
+  sub->add_option("--shape", options->shape,
+                  "tiny | small | tinyllama-1.1b | llama2-7b | qwen3-30b-a3b (see --list)")
       ->capture_default_str();
   sub->add_option("--type", options->type,
                   "weight type: f32 | f16 | bf16 | q8_0 | q4_0 | q4_k | q5_k | q6_k")
@@ -155,15 +164,31 @@ void AddSynthCommand(CLI::App& app, Action* action) {
          "--arch", options->arch,
          "llama | mixtral | qwen2moe | qwen3moe | deepseek2 (all but llama: layers of experts)")
       ->capture_default_str();
-  sub->add_option("--experts", options->experts,
-                  "experts per layer (mixtral, qwen2moe, qwen3moe, deepseek2)")
-      ->capture_default_str();
-  sub->add_option("--experts-used", options->experts_used, "experts each token runs (top-k)")
-      ->capture_default_str();
-  sub->add_option(
-         "--expert-ffn", options->expert_ffn,
-         "qwen2moe, qwen3moe, deepseek2: each expert's feed-forward width (0: the shape's ffn / "
-         "experts-used)")
+  sub->add_option_function<int64_t>(
+         "--experts",
+         [options](int64_t v) {
+           options->experts = v;
+           options->experts_given = true;
+         },
+         "experts per layer (mixtral, qwen2moe, qwen3moe, deepseek2; default 8, or the shape's)");
+  sub->add_option_function<int64_t>(
+         "--experts-used",
+         [options](int64_t v) {
+           options->experts_used = v;
+           options->experts_used_given = true;
+         },
+         "experts each token runs (top-k; default 2, or the shape's)");
+  sub->add_option_function<int64_t>(
+      "--expert-ffn",
+      [options](int64_t v) {
+        options->expert_ffn = v;
+        options->expert_ffn_given = true;
+      },
+      "qwen2moe, qwen3moe, deepseek2: each expert's feed-forward width (default: the shape's, "
+      "else its ffn / experts-used)");
+  sub->add_option("--layers", options->layers,
+                  "layers (0: the shape's; fewer make a smaller file of the same layer shape)")
+      ->check(CLI::Range(int64_t{0}, int64_t{4096}))
       ->capture_default_str();
   sub->add_option("--yarn", options->yarn,
                   "YaRN RoPE scaling by this factor over a quarter of the context (0: none)")

@@ -190,6 +190,75 @@ void MatMulMulti(std::span<const MatrixView> w, const float* x, int64_t n,
   });
 }
 
+void MatMulGrouped(std::span<const MatrixView> w, const float* x, int64_t m,
+                   std::span<const int64_t> x_row, std::span<const int64_t> n,
+                   std::span<float* const> y, Workspace& ws, base::ThreadPool& pool) {
+  if (w.empty() || m <= 0) return;
+  const DType type = w[0].type;
+  const int64_t cols = w[0].cols;
+  bool uniform = true;
+  for (const MatrixView& v : w) {
+    uniform = uniform && v.type == type && v.cols == cols && v.k_leaves <= 1;
+  }
+  if (!uniform) {
+    for (size_t i = 0; i < w.size(); ++i) {
+      if (n[i] > 0) MatMul(w[i], x + x_row[i] * cols, n[i], y[i], ws, pool);
+    }
+    return;
+  }
+  const int64_t row_bytes = ActRowBytes(type, cols);
+  const bool float_act = !UsesKAct(type) && !UsesQAct(type);
+  const std::byte* act = reinterpret_cast<const std::byte*>(x);
+  if (!float_act) {
+    std::byte* scratch = ws.Get(m * row_bytes);
+    auto prepare = [&](int64_t begin, int64_t end) {
+      PrepareLeafRows(type, x, cols, 0, cols, begin, end, scratch);
+    };
+    // A decode step's few rows are quicker quantized here than handed to the pool.
+    if (m >= 8 && m * cols >= (int64_t{1} << 15) && pool.size() > 1) {
+      pool.ParallelFor(m, 1, prepare);
+    } else {
+      prepare(0, m);
+    }
+    act = scratch;
+  }
+  // A row of product i costs n[i] + kRowCost (kRowCost: reading and unpacking the weights, in
+  // units of one activation row's dot products).  Thread t takes the rows from where the cost
+  // reaches t / T of the total, rounded down to a 4-row tile, to where it reaches (t + 1) / T.
+  constexpr int64_t kRowCost = 2;
+  int64_t total = 0;
+  for (size_t i = 0; i < w.size(); ++i) total += n[i] > 0 ? w[i].rows * (n[i] + kRowCost) : 0;
+  if (total == 0) return;
+  const int64_t threads = pool.size();
+  // The (product, row) where the cost reaches `c`, as an index into the concatenated rows.
+  auto row_at = [&](int64_t c) {
+    int64_t base = 0, cost = 0;
+    for (size_t i = 0; i < w.size(); ++i) {
+      const int64_t per = n[i] > 0 ? n[i] + kRowCost : 0;
+      if (c < cost + w[i].rows * per) return base + (c - cost) / per / 4 * 4;
+      cost += w[i].rows * per;
+      base += w[i].rows;
+    }
+    return base;
+  };
+  auto run = [&](int t) {
+    const int64_t begin = row_at(total * t / threads);
+    const int64_t end = row_at(total * (t + 1) / threads);
+    int64_t base = 0;
+    for (size_t i = 0; i < w.size() && base < end; ++i) {
+      const int64_t lo = std::max(begin, base) - base;
+      const int64_t hi = std::min(end, base + w[i].rows) - base;
+      if (lo < hi && n[i] > 0) RunRows(w[i], lo, hi, act + x_row[i] * row_bytes, n[i], y[i]);
+      base += w[i].rows;
+    }
+  };
+  if (threads == 1) {
+    run(0);
+  } else {
+    pool.Run(run);
+  }
+}
+
 void MatMul(const MatrixView& w, const float* x, int64_t n, float* y, Workspace& ws,
             base::ThreadPool& pool) {
   float* const ys[1] = {y};

@@ -40,6 +40,17 @@ void MatMul(const MatrixView& w, const float* x, int64_t n, float* y, Workspace&
 void MatMulMulti(std::span<const MatrixView> w, const float* x, int64_t n,
                  std::span<float* const> y, Workspace& ws, base::ThreadPool& pool);
 
+// Products whose inputs are row ranges of one x, in one parallel pass (the experts of a mixture:
+// each runs on its own tokens): ys[i](n[i], w[i].rows) = x[x_row[i], x_row[i] + n[i]) . w[i]^T
+// for x(m, cols).  The activations of x are prepared once; threads split the rows of all products
+// together, each row weighted by its product's n[i] (plus what reading the row costs), on the
+// kernels' 4-row tiles.  Products with n[i] == 0 are skipped (w[i] and ys[i] are not touched).
+// Each result is bit for bit the separate MatMul's.  Matrices of different types, cols or with
+// k_leaves > 1 are run one MatMul each.
+void MatMulGrouped(std::span<const MatrixView> w, const float* x, int64_t m,
+                   std::span<const int64_t> x_row, std::span<const int64_t> n,
+                   std::span<float* const> y, Workspace& ws, base::ThreadPool& pool);
+
 // Row-split products (tensor parallelism cuts their input features: attention output, feed-forward
 // down) use a canonical reduction so that their results do not depend on how they are split: the
 // whole matrix's `full_cols` are KLeaves(...) equal leaves added in SumTree's order.  A rank that

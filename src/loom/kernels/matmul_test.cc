@@ -279,6 +279,45 @@ TEST_P(MatMulTest, MultiEqualsSeparateProducts) {
   });
 }
 
+// Grouped products (the experts of a mixture): each product reads its own rows of x, threads split
+// all products' rows together weighted by their rows of x; every result equals its own MatMul bit
+// for bit, a product with no rows is not touched.
+TEST_P(MatMulTest, GroupedEqualsSeparateProducts) {
+  const DType type = GetParam();
+  const int64_t cols = Traits(type).block_elems == 256 ? 512 : 192;
+  const TestMatrix a(type, 37, cols, 1);
+  const TestMatrix b(type, 8, cols, 2);
+  const TestMatrix c(type, 21, cols, 3);
+  const MatrixView views[4] = {a.view, b.view, c.view, a.view.RowRange(4, 12)};
+  const int64_t m = 11;
+  const std::vector<float> x = RandomVector(m * cols, 12);
+  ForEachSimdTarget([&] {
+    for (const std::vector<int64_t>& n : std::vector<std::vector<int64_t>>{
+             {1, 1, 1, 1}, {3, 0, 7, 1}, {0, 11, 2, 5}}) {
+      const int64_t x_row[4] = {0, m - n[1], 2, m - n[3]};
+      for (int threads : {1, 2, 3}) {
+        Workspace ws;
+        std::vector<std::vector<float>> ys(4);
+        float* yp[4];
+        for (int i = 0; i < 4; ++i) {
+          ys[i].assign(static_cast<size_t>(std::max<int64_t>(n[i], 1) * views[i].rows), -7.0f);
+          yp[i] = ys[i].data();
+        }
+        MatMulGrouped(views, x.data(), m, x_row, n, yp, ws, Pool(threads));
+        for (int i = 0; i < 4; ++i) {
+          if (n[i] == 0) {
+            EXPECT_EQ(ys[i], std::vector<float>(ys[i].size(), -7.0f)) << "product " << i;
+            continue;
+          }
+          std::vector<float> single(static_cast<size_t>(n[i] * views[i].rows));
+          MatMul(views[i], x.data() + x_row[i] * cols, n[i], single.data(), ws, Pool(1));
+          EXPECT_EQ(ys[i], single) << "product " << i << ", " << threads << " threads";
+        }
+      }
+    }
+  });
+}
+
 // A product with k_leaves = L sums L column slices computed on their own in SumTree's order, so
 // the sum of a tensor-parallel slice holding a subtree of leaves enters the total exactly.
 TEST_P(MatMulTest, LeavesAreColumnSlicesAddedInATree) {

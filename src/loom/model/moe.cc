@@ -123,6 +123,11 @@ void MoeScratch::Allocate(const HParams& hp, int64_t max_batch) {
   gate = base::AlignedBuffer<float>(m * hp.expert_ffn_dim);
   up = base::AlignedBuffer<float>(m * hp.expert_ffn_dim);
   yg = base::AlignedBuffer<float>(m * hp.dim);
+  held.reserve(static_cast<size_t>(hp.n_experts));
+  w_list.reserve(static_cast<size_t>(2 * hp.n_experts));
+  x_rows.reserve(static_cast<size_t>(2 * hp.n_experts));
+  n_list.reserve(static_cast<size_t>(2 * hp.n_experts));
+  y_list.reserve(static_cast<size_t>(2 * hp.n_experts));
   if (hp.n_shared_experts > 0) {
     const int64_t sf = hp.shared_ffn();
     sh_gate = base::AlignedBuffer<float>(max_batch * sf);
@@ -165,7 +170,8 @@ void MoeForward(const HParams& hp, const LayerWeights& L, const float* x, int64_
   }
 
   // Group the (token, choice) pairs by expert (a counting sort; tokens stay in order within an
-  // expert's group) and gather their inputs.
+  // expert's group) and gather their inputs.  A single token (decode) needs no gathering: every
+  // expert reads row 0 of x.
   std::fill(s.group_begin.begin(), s.group_begin.end(), 0);
   for (int64_t p = 0; p < n * kk; ++p) ++s.group_begin[static_cast<size_t>(s.chosen[p]) + 1];
   for (int64_t e = 0; e < n_exp; ++e) s.group_begin[e + 1] += s.group_begin[e];
@@ -173,33 +179,56 @@ void MoeForward(const HParams& hp, const LayerWeights& L, const float* x, int64_
   for (int64_t p = 0; p < n * kk; ++p) {
     const int64_t r = s.group_begin[static_cast<size_t>(s.chosen[p])]++;
     s.row_of[p] = r;
-    if (L.experts[static_cast<size_t>(s.chosen[p])].gate.data == nullptr) continue;
-    std::copy_n(x + (p / kk) * dim, dim, s.xg.data() + r * dim);
+    if (n > 1 && L.experts[static_cast<size_t>(s.chosen[p])].gate.data != nullptr)
+      std::copy_n(x + (p / kk) * dim, dim, s.xg.data() + r * dim);
   }
   for (int64_t e = n_exp; e > 0; --e) s.group_begin[e] = s.group_begin[e - 1];
   s.group_begin[0] = 0;
 
-  // Each chosen expert once, over its group.
+  // The experts some token chose, each once over its group (an expert this process does not hold,
+  // data null, is skipped and contributes nothing): the gate and up products of all of them in
+  // one pass over the pool, the SwiGLU, then all the down products in a second pass.
+  s.held.clear();
   for (int64_t e = 0; e < n_exp; ++e) {
-    const int64_t r0 = s.group_begin[e];
-    const int64_t rows = s.group_begin[e + 1] - r0;
-    const LayerWeights::Expert& ex = L.experts[static_cast<size_t>(e)];
-    if (rows == 0 || ex.gate.data == nullptr) continue;  // not chosen, or another rank's
-    const k::MatrixView &gate = ex.gate, &up = ex.up, &down = ex.down;
-    const float* xe = s.xg.data() + r0 * dim;
-    float* ge = s.gate.data() + r0 * ffn;
-    float* ue = s.up.data() + r0 * ffn;
-    if (gate.type == up.type) {
-      const k::MatrixView ws2[] = {gate, up};
-      float* const ys[] = {ge, ue};
-      k::MatMulMulti(ws2, xe, rows, ys, ws, pool);
-    } else {
-      k::MatMul(gate, xe, rows, ge, ws, pool);
-      k::MatMul(up, xe, rows, ue, ws, pool);
-    }
-    k::SwiGlu(ge, ue, rows * ffn, ge);
-    k::MatMul(down, ge, rows, s.yg.data() + r0 * dim, ws, pool);
+    if (s.group_begin[e + 1] > s.group_begin[e] && L.experts[static_cast<size_t>(e)].gate.data)
+      s.held.push_back(static_cast<int32_t>(e));
   }
+  const size_t h = s.held.size();
+  const float* xs = n > 1 ? s.xg.data() : x;
+  const int64_t m = n > 1 ? n * kk : 1;  // rows of xs
+  s.w_list.clear();
+  s.x_rows.clear();
+  s.n_list.clear();
+  s.y_list.clear();
+  auto add = [&](const k::MatrixView& w, int64_t x_row, int64_t rows, float* out) {
+    s.w_list.push_back(w);
+    s.x_rows.push_back(x_row);
+    s.n_list.push_back(rows);
+    s.y_list.push_back(out);
+  };
+  auto group = [&](int32_t e) {
+    return std::pair{s.group_begin[e], s.group_begin[e + 1] - s.group_begin[e]};
+  };
+  for (int pass = 0; pass < 2; ++pass) {  // gates, then ups
+    for (size_t i = 0; i < h; ++i) {
+      const auto [r0, rows] = group(s.held[i]);
+      const LayerWeights::Expert& ex = L.experts[static_cast<size_t>(s.held[i])];
+      add(pass == 0 ? ex.gate : ex.up, n > 1 ? r0 : 0, rows,
+          (pass == 0 ? s.gate.data() : s.up.data()) + r0 * ffn);
+    }
+  }
+  k::MatMulGrouped(s.w_list, xs, m, s.x_rows, s.n_list, s.y_list, ws, pool);
+  s.w_list.clear();
+  s.x_rows.clear();
+  s.n_list.clear();
+  s.y_list.clear();
+  for (size_t i = 0; i < h; ++i) {
+    const auto [r0, rows] = group(s.held[i]);
+    float* ge = s.gate.data() + r0 * ffn;
+    k::SwiGlu(ge, s.up.data() + r0 * ffn, rows * ffn, ge);
+    add(L.experts[static_cast<size_t>(s.held[i])].down, r0, rows, s.yg.data() + r0 * dim);
+  }
+  k::MatMulGrouped(s.w_list, s.gate.data(), n * kk, s.x_rows, s.n_list, s.y_list, ws, pool);
 
   // Weighted sum in each token's choice order (as llama.cpp adds its weighted experts), over the
   // experts this rank holds (all of them but under expert parallelism).

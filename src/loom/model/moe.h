@@ -7,8 +7,10 @@
 // Only the chosen experts are computed, each on views of its slice of the stacked 3-D tensors (in
 // place, quantized or not, with the ordinary matrix kernels).  A batch is grouped by expert: every
 // expert that any token chose runs once, as one matrix-matrix product over its tokens, so a prompt
-// reads each expert's weights at most once per layer.  Threads split each product's rows, as in the
-// dense block.
+// reads each expert's weights at most once per layer.  The gate and up products of all chosen
+// experts run as one pass over the thread pool (threads split their rows together, weighted by
+// each expert's tokens), the down products as a second: a decode step of Qwen3-MoE's 8 experts is
+// two pool round trips, not 16.
 #pragma once
 
 #include <cstdint>
@@ -71,6 +73,11 @@ struct MoeScratch {
   base::AlignedBuffer<float> gate;    // (m, expert_ffn_dim) gate, then silu(gate) * up
   base::AlignedBuffer<float> up;      // (m, expert_ffn_dim)
   base::AlignedBuffer<float> yg;      // (m, dim) each expert's output, grouped
+  // The grouped products of one pass (kernels::MatMulGrouped), at most 2 * n_experts.
+  std::vector<int32_t> held;                 // experts with tokens that this process holds
+  std::vector<kernels::MatrixView> w_list;   // their matrices
+  std::vector<int64_t> x_rows, n_list;       // each product's first input row and row count
+  std::vector<float*> y_list;                // its output
   // Shared experts (hp.n_shared_experts > 0), s = hp.shared_ffn().
   base::AlignedBuffer<float> sh_gate;  // (max_batch, s) gate, then silu(gate) * up
   base::AlignedBuffer<float> sh_up;    // (max_batch, s)

@@ -113,6 +113,7 @@ std::vector<std::pair<int64_t, float>> NaiveRoute(const HParams& hp, const float
 
 // The reference: each token alone, its experts one by one with the scalar kernels, routed by
 // NaiveRoute, plus the shared experts when the layer has them (times their gate when it has one).
+// An expert whose views are empty (data null: not held by this expert-parallel rank) adds nothing.
 std::vector<float> NaiveMoe(const HParams& hp, const LayerWeights& L, const std::vector<float>& x,
                             int64_t n) {
   const int64_t dim = hp.dim;
@@ -133,6 +134,7 @@ std::vector<float> NaiveMoe(const HParams& hp, const LayerWeights& L, const std:
     k::reference::MatMul(L.router, xi, 1, logits.data());
     for (const auto& [e, w] : NaiveRoute(hp, L.expert_bias, logits)) {
       const LayerWeights::Expert& ex = L.experts[static_cast<size_t>(e)];
+      if (ex.gate.data == nullptr) continue;
       swiglu(ex.gate, ex.up, ex.down, xi, w, y.data() + i * dim);
     }
     if (L.shexp_gate.data != nullptr) {
@@ -208,6 +210,7 @@ TEST_P(MoeBlockTest, MatchesNaiveReferenceOnRaggedRoutings) {
     TestLayer t(type, dim, f, n_experts, used, c.bias);
     const std::vector<float> x = Inputs(c.n, dim);
     const std::vector<float> want = NaiveMoe(t.hp, t.L, x, c.n);
+    std::vector<float> one_thread;
     for (int threads : {1, 3}) {
       base::ThreadPool pool(threads);
       k::Workspace ws;
@@ -221,6 +224,9 @@ TEST_P(MoeBlockTest, MatchesNaiveReferenceOnRaggedRoutings) {
       for (size_t i = 0; i < y.size(); ++i) {
         ASSERT_NEAR(y[i], want[i], 1e-4 * scale) << "element " << i << ", threads " << threads;
       }
+      // Threads split rows, never a row's sum: the same bits for any thread count.
+      if (threads == 1) one_thread = y;
+      EXPECT_EQ(y, one_thread) << "threads " << threads;
       // The routing really was as steered.
       std::vector<int64_t> count(static_cast<size_t>(n_experts), 0);
       for (int64_t p = 0; p < c.n * used; ++p) ++count[static_cast<size_t>(s.chosen[p])];
@@ -230,6 +236,45 @@ TEST_P(MoeBlockTest, MatchesNaiveReferenceOnRaggedRoutings) {
         } else if (c.bias[e] > 0) {
           EXPECT_EQ(count[e], c.n) << "expert " << e;
         }
+      }
+    }
+  }
+}
+
+// Qwen3-MoE's proportions in miniature (many experts, 8 of them per token: one decode step is
+// 16 gate/up products in one pass and 8 downs in another) and experts this process does not hold
+// (an expert-parallel rank's empty views): they add nothing, for decode and for batches.
+TEST_P(MoeBlockTest, ManyExpertsAndExpertsNotHeldMatchTheReference) {
+  const k::DType type = GetParam();
+  const bool kquant = k::Traits(type).block_elems == 256;
+  const int64_t dim = kquant ? 256 : 64, f = kquant ? 256 : 96, n_experts = 16, used = 8;
+  std::vector<float> bias(static_cast<size_t>(n_experts), 0.0f);
+  bias[3] = 8;  // every token's choice, and (below) not held
+  for (bool drop : {false, true}) {
+    TestLayer t(type, dim, f, n_experts, used, bias);
+    if (drop) {
+      for (int64_t e : {0, 3, 7, 8, 13}) t.L.experts[static_cast<size_t>(e)] = {};
+    }
+    for (int64_t n : {1, 2, 9}) {
+      SCOPED_TRACE(std::to_string(n) + " tokens" + (drop ? ", 5 experts not held" : ""));
+      const std::vector<float> x = Inputs(n, dim);
+      const std::vector<float> want = NaiveMoe(t.hp, t.L, x, n);
+      double scale = 0;
+      for (float v : want) scale = std::max(scale, static_cast<double>(std::abs(v)));
+      ASSERT_GT(scale, 0.0);
+      std::vector<float> one_thread;
+      for (int threads : {1, 3}) {
+        base::ThreadPool pool(threads, /*spin_microseconds=*/0);
+        k::Workspace ws;
+        MoeScratch s;
+        s.Allocate(t.hp, 16);
+        std::vector<float> y = x;
+        MoeForward(t.hp, t.L, y.data(), n, y.data(), s, ws, pool);
+        for (size_t i = 0; i < y.size(); ++i) {
+          ASSERT_NEAR(y[i], want[i], 1e-4 * scale) << "element " << i << ", threads " << threads;
+        }
+        if (threads == 1) one_thread = y;
+        EXPECT_EQ(y, one_thread) << "threads " << threads;
       }
     }
   }

@@ -23,6 +23,9 @@ constexpr SynthShape kShapes[] = {
     {"small", 512, 1536, 8, 8, 4, 4096, 4096, 1e-5f, 10000.0f},
     {"tinyllama-1.1b", 2048, 5632, 22, 32, 4, 32000, 2048, 1e-5f, 10000.0f},
     {"llama2-7b", 4096, 11008, 32, 32, 32, 32000, 4096, 1e-5f, 10000.0f},
+    // Qwen3-30B-A3B (its config.json): head_dim 128 (query width 4096 of dim 2048), 128 experts
+    // of 768 columns, 8 used; ffn is the config's dense intermediate_size.  For --arch qwen3moe.
+    {"qwen3-30b-a3b", 2048, 6144, 48, 32, 4, 151936, 40960, 1e-6f, 1000000.0f, 128, 128, 8, 768},
 };
 
 // llama.cpp's llama_ftype for a file whose matrices are all of one type.
@@ -109,7 +112,7 @@ int64_t SharedFfn(const SynthOptions& o) { return 2 * ExpertFfn(o); }
 std::vector<PlannedTensor> PlanTensors(const SynthOptions& o) {
   const SynthShape& s = o.shape;
   const DType type = o.type;
-  const int64_t head_dim = s.dim / s.n_heads;
+  const int64_t head_dim = HeadDim(s);
   const int64_t q_dim = s.n_heads * head_dim;
   const int64_t kv_dim = s.n_kv_heads * head_dim;
   // Gains of a peaked model (0 keeps the dense synth's 0.02 everywhere, so its files are
@@ -228,7 +231,7 @@ Status AddMetadata(const SynthOptions& o, GgufWriter& w) {
   const DeepseekDims m = DeepseekOf(s);
   const bool deepseek = o.arch == SynthArch::kDeepseek2;
   w.AddU32(a + "rope.dimension_count",
-           static_cast<uint32_t>(deepseek ? m.rope : s.dim / s.n_heads));
+           static_cast<uint32_t>(deepseek ? m.rope : HeadDim(s)));
   w.AddU32(a + "attention.head_count", static_cast<uint32_t>(s.n_heads));
   // DeepSeek, older layout: every head has its own decompressed key and value; the split layout
   // is one latent "head" (multi-query attention over the latents).
@@ -279,8 +282,8 @@ Status AddMetadata(const SynthOptions& o, GgufWriter& w) {
       w.AddU32(a + "expert_shared_feed_forward_length", static_cast<uint32_t>(SharedFfn(o)));
     }
     if (o.arch == SynthArch::kQwen3Moe) {
-      w.AddU32(a + "attention.key_length", static_cast<uint32_t>(s.dim / s.n_heads));
-      w.AddU32(a + "attention.value_length", static_cast<uint32_t>(s.dim / s.n_heads));
+      w.AddU32(a + "attention.key_length", static_cast<uint32_t>(HeadDim(s)));
+      w.AddU32(a + "attention.value_length", static_cast<uint32_t>(HeadDim(s)));
       w.AddU32(a + "expert_feed_forward_length", static_cast<uint32_t>(ExpertFfn(o)));
     }
   }
@@ -304,6 +307,11 @@ Status CheckShape(const SynthOptions& o) {
       s.n_heads % s.n_kv_heads != 0 || (s.dim / s.n_heads) % 2 != 0 || s.ffn_dim <= 0 ||
       s.n_layers <= 0 || s.context_length <= 0) {
     return InvalidArgumentError("synth: inconsistent shape '", s.name, "'");
+  }
+  if (HeadDim(s) != s.dim / s.n_heads && (o.arch != SynthArch::kQwen3Moe || HeadDim(s) % 2 != 0 ||
+                                          (s.n_heads * HeadDim(s)) % block != 0)) {
+    return InvalidArgumentError("synth: shape '", s.name, "' has heads of ", HeadDim(s),
+                                " values (not dim / heads); only --arch qwen3moe writes it");
   }
   if (s.dim % block != 0 || s.ffn_dim % block != 0) {
     return InvalidArgumentError("synth: shape '", s.name, "' (dim ", s.dim, ", ffn ", s.ffn_dim,

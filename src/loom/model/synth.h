@@ -17,7 +17,7 @@
 namespace loom::model {
 
 struct SynthShape {
-  std::string_view name;  // "tiny", "tinyllama-1.1b", "llama2-7b"
+  std::string_view name;  // "tiny", "tinyllama-1.1b", "llama2-7b", "qwen3-30b-a3b"
   int64_t dim;
   int64_t ffn_dim;
   int64_t n_layers;
@@ -27,7 +27,18 @@ struct SynthShape {
   int64_t context_length;
   float rms_eps;
   float rope_theta;
+  int64_t head_dim = 0;  // 0: dim / n_heads (qwen3moe may differ: Qwen3-30B-A3B 128 of dim 2048)
+  // The real model's mixture of experts, used by `loom synth` when --experts / --experts-used /
+  // --expert-ffn are not given (0: none; the generic defaults apply).
+  int64_t experts = 0;
+  int64_t experts_used = 0;
+  int64_t expert_ffn = 0;
 };
+
+// The shape's attention head size.
+inline int64_t HeadDim(const SynthShape& s) {
+  return s.head_dim > 0 ? s.head_dim : s.dim / s.n_heads;
+}
 
 // The known shapes, smallest first.
 std::span<const SynthShape> SynthShapes();

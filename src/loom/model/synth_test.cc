@@ -23,7 +23,7 @@ SynthOptions Tiny(DType type, uint64_t seed = 1) {
 }
 
 TEST(Synth, ShapesAreListedAndFound) {
-  ASSERT_EQ(SynthShapes().size(), 4u);
+  ASSERT_EQ(SynthShapes().size(), 5u);
   const SynthShape* tiny = FindSynthShape("tiny");
   ASSERT_NE(tiny, nullptr);
   EXPECT_EQ(tiny->dim, 64);
@@ -35,6 +35,19 @@ TEST(Synth, ShapesAreListedAndFound) {
   EXPECT_EQ(tl->n_layers, 22);
   EXPECT_EQ(FindSynthShape("llama2-7b")->n_kv_heads, 32);
   EXPECT_EQ(FindSynthShape("gpt5"), nullptr);
+  // Qwen3-30B-A3B's config.json.
+  const SynthShape* q3 = FindSynthShape("qwen3-30b-a3b");
+  ASSERT_NE(q3, nullptr);
+  EXPECT_EQ(q3->dim, 2048);
+  EXPECT_EQ(HeadDim(*q3), 128);
+  EXPECT_EQ(q3->n_heads, 32);
+  EXPECT_EQ(q3->n_kv_heads, 4);
+  EXPECT_EQ(q3->n_layers, 48);
+  EXPECT_EQ(q3->vocab_size, 151936);
+  EXPECT_EQ(q3->experts, 128);
+  EXPECT_EQ(q3->experts_used, 8);
+  EXPECT_EQ(q3->expert_ffn, 768);
+  EXPECT_EQ(HeadDim(*tiny), 8);
 }
 
 TEST(Synth, ParsesWeightTypes) {
@@ -239,6 +252,21 @@ TEST(Synth, MixturesOfExpertsCarryLlamaCppsKeysAndStackedExperts) {
   o.expert_ffn_dim = 40;
   s = WriteSynthModelToMemory(o, &bytes);
   EXPECT_NE(s.message().find("expert feed-forward width 40"), std::string::npos) << s.message();
+
+  // Heads wider than dim / n_heads (Qwen3-30B-A3B: 32 heads of 128 on dim 2048), qwen3moe only.
+  o.expert_ffn_dim = 32;
+  o.shape.head_dim = 16;  // 8 heads: a query width of 128 on dim 64
+  ASSERT_TRUE(WriteSynthModelToMemory(o, &bytes).ok());
+  m = OpenModelFromBytes(bytes, "qwen3moe-wide-heads.gguf");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ((*m)->hparams.head_dim, 16);
+  EXPECT_EQ((*m)->tensors.at("blk.0.attn_q.weight").shape, (std::vector<int64_t>{128, 64}));
+  EXPECT_EQ((*m)->tensors.at("blk.0.attn_k.weight").shape, (std::vector<int64_t>{64, 64}));
+  EXPECT_EQ((*m)->tensors.at("blk.0.attn_output.weight").shape, (std::vector<int64_t>{64, 128}));
+  EXPECT_EQ((*m)->tensors.at("blk.0.attn_q_norm.weight").shape, (std::vector<int64_t>{16}));
+  o.arch = SynthArch::kLlama;
+  s = WriteSynthModelToMemory(o, &bytes);
+  EXPECT_NE(s.message().find("only --arch qwen3moe"), std::string::npos) << s.message();
 }
 
 TEST(Synth, PeakedWeightsHaveGainScaledRowsAndAStrongHead) {
