@@ -24,15 +24,21 @@ MemoryInfo ReadMemoryInfo() {
     if (key == "MemTotal:") info.total_bytes = value * 1024;
     if (key == "MemAvailable:") info.available_bytes = value * 1024;
   }
+  // Without /proc (macOS, BSDs): sysconf where the OS has the names (_SC_AVPHYS_PAGES is a
+  // glibc extension); zeros otherwise.
+#ifdef _SC_PHYS_PAGES
   if (info.total_bytes == 0) {
     info.total_bytes = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+#ifdef _SC_AVPHYS_PAGES
     info.available_bytes = static_cast<int64_t>(sysconf(_SC_AVPHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+#endif
   }
+#endif
   return info;
 }
 
 std::string CpuModelName() {
-  std::ifstream in("/proc/cpuinfo");
+  std::ifstream in("/proc/cpuinfo");  // absent off Linux: "unknown"
   std::string line;
   while (std::getline(in, line)) {
     if (line.rfind("model name", 0) == 0) {
@@ -77,7 +83,7 @@ double MeasureReadBandwidth(int threads, int64_t bytes, int repeats) {
 
 std::string SelfExecutable(const std::string& fallback) {
   char buf[4096];
-  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);  // fails off Linux
   return n > 0 ? std::string(buf, static_cast<size_t>(n)) : fallback;
 }
 

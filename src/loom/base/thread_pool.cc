@@ -28,12 +28,15 @@ inline void Relax(int iteration) {
 }  // namespace
 
 int ThreadPool::AvailableCores() {
+#ifdef __linux__
+  // The cores this process may run on (taskset, cgroups' cpusets), not all the machine's.
   cpu_set_t set;
   CPU_ZERO(&set);
   if (sched_getaffinity(0, sizeof(set), &set) == 0) {
     const int n = CPU_COUNT(&set);
     if (n > 0) return n;
   }
+#endif
   const unsigned hw = std::thread::hardware_concurrency();
   return hw > 0 ? static_cast<int>(hw) : 1;
 }

@@ -1,0 +1,19 @@
+# Cross-compiling for linux-arm64 with Debian's cross compiler (g++-aarch64-linux-gnu) and the
+# multiarch arm64 -dev packages (libhwy-dev:arm64, ...) under /usr/lib/aarch64-linux-gnu.  Tests
+# run through qemu-user (CMAKE_CROSSCOMPILING_EMULATOR), so `ctest` and gtest discovery work on
+# an x86-64 host.  Used by scripts/arm64.sh.
+set(CMAKE_SYSTEM_NAME Linux)
+set(CMAKE_SYSTEM_PROCESSOR aarch64)
+set(CMAKE_LIBRARY_ARCHITECTURE aarch64-linux-gnu)
+
+set(CMAKE_C_COMPILER aarch64-linux-gnu-gcc)
+set(CMAKE_CXX_COMPILER aarch64-linux-gnu-g++)
+
+# Headers and libraries come from the host's multiarch paths (/usr/include and
+# /usr/lib/aarch64-linux-gnu), so the root stays /; programs are the host's.
+set(CMAKE_FIND_ROOT_PATH_MODE_PROGRAM NEVER)
+set(ENV{PKG_CONFIG_LIBDIR} "/usr/lib/aarch64-linux-gnu/pkgconfig:/usr/share/pkgconfig")
+
+# qemu-aarch64 with the cross libc as its sysroot.  The emulated CPU comes from QEMU_CPU in the
+# environment (qemu's default "max" has SVE and SVE2; e.g. QEMU_CPU=cortex-a53 has NEON only).
+set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64;-L;/usr/aarch64-linux-gnu)
