@@ -141,32 +141,37 @@ Status BindLlamaTensors(const ModelFile& file, TransformerWeights* w) {
     LOOM_ASSIGN_OR_RETURN(L.ffn_norm, BindVector(file, p + "ffn_norm.weight", hp.dim, w));
     L.wo.k_leaves = kernels::SliceKLeaves(L.wo, q_dim, q0);
     if (hp.is_moe()) continue;  // the architecture binds its experts (BindExperts)
-    LOOM_ASSIGN_OR_RETURN(L.w_gate, BindRows(file, p + "ffn_gate.weight", hp.ffn_dim, hp.dim,
-                                             d.ffn_begin, d.ffn_dim));
-    LOOM_ASSIGN_OR_RETURN(
-        L.w_up, BindRows(file, p + "ffn_up.weight", hp.ffn_dim, hp.dim, d.ffn_begin, d.ffn_dim));
-    LOOM_ASSIGN_OR_RETURN(L.w_down, BindCols(file, p + "ffn_down.weight", hp.dim, hp.ffn_dim,
-                                             d.ffn_begin, d.ffn_dim, w));
-    // The row-split products sum their columns in the canonical leaf tree (kernels/matmul.h), so
-    // one process and tensor-parallel ranks get the same bits.
-    L.w_down.k_leaves = kernels::SliceKLeaves(L.w_down, hp.ffn_dim, d.ffn_begin);
+    LOOM_RETURN_IF_ERROR(BindDenseFeedForward(file, p, w, L));
   }
   return OkStatus();
 }
 
+Status BindSwiGlu(const ModelFile& file, const std::string& p, const std::string& suffix,
+                  int64_t width, int64_t begin, int64_t count, TransformerWeights* w,
+                  kernels::MatrixView* gate, kernels::MatrixView* up, kernels::MatrixView* down) {
+  const int64_t dim = w->hp.dim;
+  const std::string end = suffix + ".weight";
+  LOOM_ASSIGN_OR_RETURN(*gate, BindRows(file, p + "ffn_gate" + end, width, dim, begin, count));
+  LOOM_ASSIGN_OR_RETURN(*up, BindRows(file, p + "ffn_up" + end, width, dim, begin, count));
+  LOOM_ASSIGN_OR_RETURN(*down, BindCols(file, p + "ffn_down" + end, dim, width, begin, count, w));
+  // The row-split products sum their columns in the canonical leaf tree (kernels/matmul.h), so
+  // one process and tensor- or expert-parallel ranks get the same bits.
+  down->k_leaves = kernels::SliceKLeaves(*down, width, begin);
+  return OkStatus();
+}
+
+Status BindDenseFeedForward(const ModelFile& file, const std::string& p, TransformerWeights* w,
+                            LayerWeights& L) {
+  const LocalDims& d = w->local;
+  return BindSwiGlu(file, p, "", w->hp.ffn_dim, d.ffn_begin, d.ffn_dim, w, &L.w_gate, &L.w_up,
+                    &L.w_down);
+}
+
 Status BindSharedExperts(const ModelFile& file, const std::string& p, TransformerWeights* w,
                          LayerWeights& L) {
-  const HParams& hp = w->hp;
   const LocalDims& d = w->local;
-  const int64_t s = hp.shared_ffn();
-  LOOM_ASSIGN_OR_RETURN(L.shexp_gate, BindRows(file, p + "ffn_gate_shexp.weight", s, hp.dim,
-                                               d.shared_begin, d.shared_dim));
-  LOOM_ASSIGN_OR_RETURN(L.shexp_up, BindRows(file, p + "ffn_up_shexp.weight", s, hp.dim,
-                                             d.shared_begin, d.shared_dim));
-  LOOM_ASSIGN_OR_RETURN(L.shexp_down, BindCols(file, p + "ffn_down_shexp.weight", hp.dim, s,
-                                               d.shared_begin, d.shared_dim, w));
-  L.shexp_down.k_leaves = kernels::SliceKLeaves(L.shexp_down, s, d.shared_begin);
-  return OkStatus();
+  return BindSwiGlu(file, p, "_shexp", w->hp.shared_ffn(), d.shared_begin, d.shared_dim, w,
+                    &L.shexp_gate, &L.shexp_up, &L.shexp_down);
 }
 
 namespace {

@@ -49,8 +49,17 @@ Status BindLlamaTensors(const ModelFile& file, TransformerWeights* weights);
 // The routers and experts of a mixture-of-experts model (ffn_gate_inp, ffn_{gate,up,down}_exps),
 // for the shard's layers; BindLlamaTensors leaves the feed-forward matrices of such models unbound.
 Status BindExperts(const ModelFile& file, TransformerWeights* weights);
-// Layer L's (prefix p, "blk.N.") shared experts ffn_{gate,up,down}_shexp, hp.shared_ffn() columns
-// wide: the shard's columns of them (weights->local.shared_begin, shared_dim).
+// A SwiGLU block of `width` columns, "<p>ffn_{gate,up,down}<suffix>.weight": rows [begin,
+// begin + count) of gate and up, the same columns of down (its sum in the canonical leaf tree, so
+// split and whole blocks give the same bits).
+Status BindSwiGlu(const ModelFile& file, const std::string& p, const std::string& suffix,
+                  int64_t width, int64_t begin, int64_t count, TransformerWeights* weights,
+                  kernels::MatrixView* gate, kernels::MatrixView* up, kernels::MatrixView* down);
+// Layer L's (prefix p, "blk.N.") dense feed-forward block: the shard's columns of it.
+Status BindDenseFeedForward(const ModelFile& file, const std::string& p,
+                            TransformerWeights* weights, LayerWeights& L);
+// Layer L's shared experts ffn_{gate,up,down}_shexp, hp.shared_ffn() columns wide: the shard's
+// columns of them (weights->local.shared_begin, shared_dim).
 Status BindSharedExperts(const ModelFile& file, const std::string& p, TransformerWeights* weights,
                          LayerWeights& L);
 

@@ -63,18 +63,8 @@ Status BindAttention(const ModelFile& file, const std::string& p, TransformerWei
 Status BindFeedForward(const ModelFile& file, int64_t l, const std::string& p,
                        TransformerWeights* w, LayerWeights& L) {
   const HParams& hp = w->hp;
-  const LocalDims& d = w->local;
   LOOM_ASSIGN_OR_RETURN(L.ffn_norm, BindVector(file, p + "ffn_norm.weight", hp.dim, w));
-  if (!hp.is_moe_layer(l)) {
-    LOOM_ASSIGN_OR_RETURN(L.w_gate, BindRows(file, p + "ffn_gate.weight", hp.ffn_dim, hp.dim,
-                                             d.ffn_begin, d.ffn_dim));
-    LOOM_ASSIGN_OR_RETURN(
-        L.w_up, BindRows(file, p + "ffn_up.weight", hp.ffn_dim, hp.dim, d.ffn_begin, d.ffn_dim));
-    LOOM_ASSIGN_OR_RETURN(L.w_down, BindCols(file, p + "ffn_down.weight", hp.dim, hp.ffn_dim,
-                                             d.ffn_begin, d.ffn_dim, w));
-    L.w_down.k_leaves = kernels::SliceKLeaves(L.w_down, hp.ffn_dim, d.ffn_begin);
-    return OkStatus();
-  }
+  if (!hp.is_moe_layer(l)) return BindDenseFeedForward(file, p, w, L);
   if (Has(file, p + "exp_probs_b.bias")) {
     LOOM_ASSIGN_OR_RETURN(L.expert_bias, BindVector(file, p + "exp_probs_b.bias", hp.n_experts, w));
   }

@@ -10,14 +10,17 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "loom/base/half.h"
 #include "loom/base/mapped_file.h"
+#include "loom/base/thread_pool.h"
 #include "loom/model/hf_model.h"
 #include "loom/model/safetensors_writer.h"
+#include "loom/model/transformer.h"
 
 namespace loom::model::testing {
 
@@ -186,6 +189,41 @@ inline HfWeights WriteTinyHfModel(const std::string& dir, const TinyHfSpec& s) {
   WriteText(dir + "/config.json", TinyConfigJson(s));
   WriteSafetensors(dir + "/model.safetensors", tensors);
   return weights;
+}
+
+// A model opened and bound whole, with a two-thread forward pass of `context` positions; t is
+// null on failure, with `error` set.
+struct Engine {
+  std::unique_ptr<ModelFile> file;
+  std::unique_ptr<TransformerWeights> weights;
+  std::unique_ptr<base::ThreadPool> pool;
+  std::unique_ptr<Transformer> t;
+  std::string error;
+};
+inline Engine LoadEngine(const std::string& path, int64_t context) {
+  Engine e;
+  auto file = OpenModel(path);
+  if (!file.ok()) {
+    e.error = file.status().ToString();
+    return e;
+  }
+  e.file = std::move(*file);
+  auto w = BindWeights(*e.file);
+  if (!w.ok()) {
+    e.error = w.status().ToString();
+    return e;
+  }
+  e.weights = std::make_unique<TransformerWeights>(std::move(*w));
+  e.pool = std::make_unique<base::ThreadPool>(2);
+  TransformerOptions o;
+  o.context = context;
+  auto t = Transformer::Create(*e.weights, o, *e.pool);
+  if (t.ok()) {
+    e.t = std::move(*t);
+  } else {
+    e.error = t.status().ToString();
+  }
+  return e;
 }
 
 }  // namespace loom::model::testing

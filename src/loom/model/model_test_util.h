@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <set>
 #include <string>
 #include <string_view>
@@ -14,6 +15,7 @@
 #include "loom/kernels/dtype.h"
 #include "loom/kernels/quantize.h"
 #include "loom/model/gguf_writer.h"
+#include "loom/model/model_file.h"
 #include "loom/model/synth.h"
 
 namespace loom::model::testing {
@@ -207,6 +209,38 @@ inline std::vector<std::byte> TestLlama2c(const Llama2cSpec& s) {
     put(&v, 4);
   }
   return out;
+}
+
+// A peaked synthetic mixture of experts of the tiny shape, written into memory and opened.
+struct SynthMoe {
+  std::vector<std::byte> bytes;
+  std::unique_ptr<ModelFile> file;  // null on failure, with `error` set
+  std::string error;
+};
+inline SynthMoe MakeSynthMoe(SynthArch arch, kernels::DType type, int64_t experts, int64_t used,
+                             bool mla_split = false) {
+  SynthOptions o;
+  o.shape = *FindSynthShape("tiny");
+  o.type = type;
+  o.arch = arch;
+  o.n_experts = experts;
+  o.n_experts_used = used;
+  o.peaked = true;
+  o.mla_split = mla_split;
+  o.threads = 1;
+  SynthMoe m;
+  const Status s = WriteSynthModelToMemory(o, &m.bytes);
+  if (!s.ok()) {
+    m.error = s.ToString();
+    return m;
+  }
+  auto f = OpenModelFromBytes(m.bytes, "synth.gguf");
+  if (f.ok()) {
+    m.file = std::move(*f);
+  } else {
+    m.error = f.status().ToString();
+  }
+  return m;
 }
 
 }  // namespace loom::model::testing

@@ -29,31 +29,12 @@
 namespace loom::model {
 namespace {
 
+using testing::Engine;
 using testing::TempDir;
 
-struct Engine {
-  std::unique_ptr<ModelFile> file;
-  std::unique_ptr<TransformerWeights> weights;
-  std::unique_ptr<base::ThreadPool> pool;
-  std::unique_ptr<Transformer> t;
-};
-
 Engine Load(const std::string& path) {
-  Engine e;
-  auto file = OpenModel(path);
-  EXPECT_TRUE(file.ok()) << file.status().ToString();
-  if (!file.ok()) return e;
-  e.file = std::move(*file);
-  auto w = BindWeights(*e.file);
-  EXPECT_TRUE(w.ok()) << w.status().ToString();
-  if (!w.ok()) return e;
-  e.weights = std::make_unique<TransformerWeights>(std::move(*w));
-  e.pool = std::make_unique<base::ThreadPool>(2);
-  TransformerOptions o;
-  o.context = 128;
-  auto t = Transformer::Create(*e.weights, o, *e.pool);
-  EXPECT_TRUE(t.ok()) << t.status().ToString();
-  if (t.ok()) e.t = std::move(*t);
+  Engine e = testing::LoadEngine(path, 128);
+  EXPECT_NE(e.t, nullptr) << e.error;
   return e;
 }
 

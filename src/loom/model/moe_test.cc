@@ -387,26 +387,11 @@ TEST(RouteTest, SigmoidBiasGroupsAndScaleMatchTheReference) {
 
 // ---- Whole synthetic models ----
 
-struct SynthModel {
-  std::vector<std::byte> bytes;
-  std::unique_ptr<ModelFile> file;
-};
+using SynthModel = testing::SynthMoe;
 
 SynthModel MakeSynth(SynthArch arch, k::DType type, int64_t experts = 4, int64_t used = 2) {
-  SynthOptions o;
-  o.shape = *FindSynthShape("tiny");
-  o.type = type;
-  o.arch = arch;
-  o.n_experts = experts;
-  o.n_experts_used = used;
-  o.peaked = true;
-  o.threads = 1;
-  SynthModel m;
-  const Status s = WriteSynthModelToMemory(o, &m.bytes);
-  EXPECT_TRUE(s.ok()) << s.ToString();
-  auto f = OpenModelFromBytes(m.bytes, "synth.gguf");
-  EXPECT_TRUE(f.ok()) << f.status().ToString();
-  if (f.ok()) m.file = std::move(*f);
+  SynthModel m = testing::MakeSynthMoe(arch, type, experts, used);
+  EXPECT_NE(m.file, nullptr) << m.error;
   return m;
 }
 

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <thread>
 
+#include "loom/model/model_test_util.h"
 #include "loom/model/synth.h"
 #include "loom/model/thread_collective_test_util.h"
 #include "loom/model/transformer.h"
@@ -20,27 +21,11 @@ namespace {
 namespace k = loom::kernels;
 using testing::ThreadCollective;
 
-struct Model {
-  std::vector<std::byte> bytes;
-  std::unique_ptr<ModelFile> file;
-};
+using Model = testing::SynthMoe;
 
 Model Synth(SynthArch arch, k::DType type, bool mla_split = false) {
-  SynthOptions o;
-  o.shape = *FindSynthShape("tiny");
-  o.type = type;
-  o.arch = arch;
-  o.n_experts = 8;
-  o.n_experts_used = 2;
-  o.peaked = true;
-  o.mla_split = mla_split;
-  o.threads = 1;
-  Model m;
-  const Status s = WriteSynthModelToMemory(o, &m.bytes);
-  EXPECT_TRUE(s.ok()) << s.ToString();
-  auto f = OpenModelFromBytes(m.bytes, "synth.gguf");
-  EXPECT_TRUE(f.ok()) << f.status().ToString();
-  if (f.ok()) m.file = std::move(*f);
+  Model m = testing::MakeSynthMoe(arch, type, 8, 2, mla_split);
+  EXPECT_NE(m.file, nullptr) << m.error;
   return m;
 }
 
