@@ -60,7 +60,6 @@ fi
 [ "$mode" = install ] && exit 0
 
 # --- build ------------------------------------------------------------------------------------
-if [ -f /work/ccache-env.sh ]; then source /work/ccache-env.sh; fi
 if command -v ccache >/dev/null; then
   export CMAKE_CXX_COMPILER_LAUNCHER=ccache CMAKE_C_COMPILER_LAUNCHER=ccache
 fi
