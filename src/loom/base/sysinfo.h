@@ -1,7 +1,9 @@
 // Facts about this machine that planners and benchmarks need.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 
 namespace loom::base {
@@ -22,7 +24,16 @@ std::string SelfExecutable(const std::string& fallback = "loom");
 std::string CpuModelName();
 
 // Measures the sustained memory read bandwidth in bytes/s with `threads` threads reading a buffer of
-// `bytes` (larger than the last-level cache), best of `repeats` passes.  Takes ~0.1-1 s.
+// `bytes` (larger than the last-level cache; backed by huge pages where the OS gives them, as a
+// weight copy is), best of `repeats` passes.  Takes ~0.1-1 s.
 double MeasureReadBandwidth(int threads, int64_t bytes = int64_t{1} << 30, int repeats = 5);
+
+// The same over memory that already exists (a model's weight copy): how fast these very pages
+// read, wherever the OS placed them.  Reads whole 64-byte lines; a region under 64 bytes gives 0.
+double MeasureReadBandwidth(std::span<const std::byte> region, int threads, int repeats = 3);
+
+// Bytes of [p, p + bytes) backed by transparent huge pages (Linux: AnonHugePages of the mappings
+// in /proc/self/smaps that overlap the range, counted within it), or -1 where the OS does not say.
+int64_t HugePageBytes(const void* p, int64_t bytes);
 
 }  // namespace loom::base

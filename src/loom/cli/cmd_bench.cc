@@ -12,6 +12,7 @@
 
 #include "loom/base/clock.h"
 #include "loom/base/sysinfo.h"
+#include "loom/cli/bench_memory.h"
 #include "loom/cli/commands.h"
 #include "loom/cli/common.h"
 #include "loom/engine/generator.h"
@@ -118,23 +119,37 @@ int Bench(const BenchOptions& o) {
   gen.stop_at_eog = false;
   engine::Generator generator(*m.transformer, *m.tokenizer);
 
+  const int64_t bytes = BytesPerToken(m);
   std::fprintf(stderr, "bench: measuring memory bandwidth with %d threads...\n", threads);
   const double bw_before = base::MeasureReadBandwidth(threads);
-  std::vector<double> pp, tg;
+  std::vector<double> pp, tg, round_bw, round_weights_bw, round_fraction;
+  MemoryState last;
   for (int r = 0; r <= o.repeats; ++r) {  // run 0 warms up (pages the weights in)
+    const MemoryState before = r == 0 ? MemoryState{} : MeasureMemoryState(m, threads);
     auto result = generator.Generate(prompt, gen);
     if (!result.ok()) return Fail("bench", result.status());
     if (r == 0) continue;
+    last = MeasureMemoryState(m, threads);
     pp.push_back(result->timings.PromptTokensPerSecond());
     tg.push_back(result->timings.DecodeTokensPerSecond());
-    std::fprintf(stderr, "bench: run %d: prompt %.1f tokens/s, generation %.1f tokens/s\n", r,
-                 pp.back(), tg.back());
+    // The round's bandwidth: the better of the probes on either side of it.
+    round_bw.push_back(std::max(before.probe_bytes_per_s, last.probe_bytes_per_s));
+    round_weights_bw.push_back(std::max(before.weights_bytes_per_s, last.weights_bytes_per_s));
+    round_fraction.push_back(tg.back() / (round_bw.back() / static_cast<double>(bytes)));
+    std::fprintf(stderr,
+                 "bench: run %d: prompt %.1f tokens/s, generation %.1f tokens/s; bandwidth %.1f "
+                 "GB/s (weights' pages %.1f GB/s): %.0f%% of this round's roofline\n",
+                 r, pp.back(), tg.back(), round_bw.back() / 1e9, round_weights_bw.back() / 1e9,
+                 100 * round_fraction.back());
   }
   const double bw_after = base::MeasureReadBandwidth(threads);
   const double bandwidth = std::max(bw_before, bw_after);
-  const int64_t bytes = BytesPerToken(m);
   const double roofline = bandwidth / static_cast<double>(bytes);
   const double pp_med = Median(pp), tg_med = Median(tg);
+  const double huge_fraction =
+      last.huge_page_bytes < 0 || last.weight_bytes == 0
+          ? -1
+          : static_cast<double>(last.huge_page_bytes) / static_cast<double>(last.weight_bytes);
 
   if (o.json) {
     nlohmann::json j = {{"model", o.model},
@@ -152,12 +167,23 @@ int Bench(const BenchOptions& o) {
                         {"bandwidth_after", bw_after},
                         {"weight_bytes_per_token", bytes},
                         {"roofline_tokens_per_s", roofline},
-                        {"fraction_of_roofline", tg_med / roofline}};
+                        {"fraction_of_roofline", tg_med / roofline},
+                        {"bandwidth_per_round", round_bw},
+                        {"weights_bandwidth_per_round", round_weights_bw},
+                        {"fraction_of_roofline_per_round", round_fraction},
+                        {"fraction_of_roofline_median", Median(round_fraction)},
+                        {"weights_huge_page_fraction", huge_fraction}};
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("model            %s\n", o.model.c_str());
     std::printf("threads          %d\n", threads);
-    std::printf("weights          %s\n", m.weights_copied ? "copied (huge pages)" : "mapped");
+    if (huge_fraction < 0) {
+      std::printf("weights          %s\n", m.weights_copied ? "copied" : "mapped");
+    } else {
+      std::printf("weights          %s, %.0f%% of %.1f MB in huge pages\n",
+                  m.weights_copied ? "copied" : "mapped", 100 * huge_fraction,
+                  static_cast<double>(last.weight_bytes) / 1e6);
+    }
     std::printf("prompt (pp%lld)    %.1f tokens/s (median of %d)\n",
                 static_cast<long long>(o.prompt_tokens), pp_med, o.repeats);
     std::printf("generation (tg%lld) %.1f tokens/s (median of %d)\n",
@@ -167,6 +193,8 @@ int Bench(const BenchOptions& o) {
     std::printf("weights/token    %.1f MB\n", static_cast<double>(bytes) / 1e6);
     std::printf("roofline         %.1f tokens/s; generation reaches %.0f%% of it\n", roofline,
                 100 * tg_med / roofline);
+    std::printf("per round        generation at %.0f%% (median) of each round's own roofline\n",
+                100 * Median(round_fraction));
   }
   return 0;
 }
