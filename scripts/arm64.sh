@@ -27,7 +27,7 @@ elapsed() { echo "$(( $(date +%s) - start ))s"; }
 
 # --- packages ---------------------------------------------------------------------------------
 host_packages=(g++-aarch64-linux-gnu qemu-user ninja-build cmake pkg-config nlohmann-json3-dev)
-arm64_packages=(libhwy-dev:arm64 libgtest-dev:arm64 libpcre2-dev:arm64 libicu-dev:arm64)
+arm64_packages=(libc6:arm64 libstdc++6:arm64 libhwy-dev:arm64 libgtest-dev:arm64 libpcre2-dev:arm64 libicu-dev:arm64)
 
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 
@@ -94,7 +94,7 @@ if [ "$mode" = quick ]; then
   # The kernels on a NEON-only CPU (the binary directly: one process, every kernel test), the
   # golden model tests (the whole forward pass against ../shared/golden) on the SVE2 CPU.
   say "kernels_test under qemu-aarch64 -cpu cortex-a53"
-  QEMU_CPU=cortex-a53 qemu-aarch64 -L /usr/aarch64-linux-gnu \
+  QEMU_CPU=cortex-a53 qemu-aarch64 -L / \
     "$build/src/loom/kernels/kernels_test" --gtest_brief=1 ||
     { say "FAILED (kernels_test, NEON cpu) after $(elapsed)"; exit 1; }
   run_ctest max -L golden || { say "FAILED (golden, max cpu) after $(elapsed)"; exit 1; }
