@@ -11,7 +11,7 @@
 // in a 256-byte stack buffer (MLX 8-bit quants are used in place) with its a/c per half, then
 // multiplied with up to kTileActs activation rows while it is in L1; integer dots are int16
 // widening multiply-adds, accumulated per block in f32 lanes, reduced once per output.
-// On AVX3_DL, Q4_K, Q5_K, Q6_K and MLX 4/8-bit (groups 32/64/128) use the register-tiled vpdpbusd
+// On AVX3_DL, Q4_K, Q5_K, Q6_K and MLX (groups 32/64/128) use the register-tiled vpdpbusd
 // kernels of matmul_kquant_tile-inl.h instead; other types and targets use the portable path.
 
 #if defined(LOOM_KERNELS_MATMUL_KQUANT_INL_H_) == defined(HWY_TARGET_TOGGLE)

@@ -87,7 +87,7 @@ INSTANTIATE_TEST_SUITE_P(KQuants, KQuantTileTest,
                            return std::string(Traits(info.param).name);
                          });
 
-// MLX 4-bit and 8-bit with every group size: rows of whole 128-value chunks and of a partial last
+// MLX of every width with every group size: rows of whole 128-value chunks and of a partial last
 // chunk (1..3 blocks), every token count.
 struct MlxTileCase {
   DType type;
@@ -123,7 +123,8 @@ TEST_P(MlxTileTest, MatchesReferenceForEveryTokenCount) {
 
 std::vector<MlxTileCase> MlxTileCases() {
   std::vector<MlxTileCase> out;
-  for (DType t : {DType::kMlx4, DType::kMlx8}) {
+  for (DType t :
+       {DType::kMlx2, DType::kMlx3, DType::kMlx4, DType::kMlx5, DType::kMlx6, DType::kMlx8}) {
     for (int64_t g : {32, 64, 128}) {
       for (DType s : {DType::kBF16, DType::kF16, DType::kF32}) out.push_back({t, g, s});
     }

@@ -1,5 +1,5 @@
 // Register-tiled AVX3_DL (AVX-512 with VNNI and VBMI) products for K-quant (Q4_K, Q5_K, Q6_K) and
-// MLX affine 4-bit and 8-bit weights with kact activations: included once per SIMD target by
+// MLX affine weights (every width 2..8 bits) with kact activations: included once per SIMD target by
 // matmul_kquant-inl.h, empty except for AVX3_DL.  The scheme of Q4_0's quad tiles
 // (matmul_quant-inl.h):
 //  - activations are read as the kact tile groups (kernels_internal.h): 128 values in two 64-byte
@@ -185,6 +185,24 @@ HWY_INLINE __m512 KTransposedBytesToF32(__m128i bytes) {
   return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(t));
 }
 
+// The two f32 factor vectors of each step of a quad (scales and mins or biases), kept from its
+// first tile of activation rows for the next ones: they depend on the weights only.  `lanes` is
+// null when a row has too many steps for the cache (then every tile computes them).
+struct KFactorCache {
+  __m512* lanes = nullptr;  // (steps, 2)
+  bool ready = false;       // whether lanes hold this quad's factors
+
+  HWY_INLINE void Store(int64_t step, __m512 a, __m512 c) const {
+    if (lanes == nullptr) return;
+    _mm512_store_ps(lanes + 2 * step, a);
+    _mm512_store_ps(lanes + 2 * step + 1, c);
+  }
+  HWY_INLINE void Load(int64_t step, __m512* a, __m512* c) const {
+    *a = _mm512_load_ps(lanes + 2 * step);
+    *c = _mm512_load_ps(lanes + 2 * step + 1);
+  }
+};
+
 // ---- Q4_K and Q5_K: super-block k of each row at rows[r] + offset; its halves h = 0, 1 are steps.
 
 struct KQ45Scales {
@@ -263,8 +281,8 @@ HWY_INLINE KStep KQ45Decode(const std::byte* const* rows, int64_t offset, int h)
 template <DType kType, int kActs>
 HWY_INLINE LOOM_KERNELS_VNNI_ATTR void KQ45QuadTile(const std::byte* const* rows, int rows_valid,
                                                     int64_t prefetch_offset, int64_t supers,
-                                                    const std::byte* x, int64_t x_stride,
-                                                    float* y, int64_t y_stride) {
+                                                    const KFactorCache& cache, const std::byte* x,
+                                                    int64_t x_stride, float* y, int64_t y_stride) {
   constexpr int64_t kBlockBytes =
       kType == DType::kQ4_K ? internal::kQ4KBlockBytes : internal::kQ5KBlockBytes;
   __m512 acc[kActs];
@@ -273,7 +291,13 @@ HWY_INLINE LOOM_KERNELS_VNNI_ATTR void KQ45QuadTile(const std::byte* const* rows
     if (prefetch_offset != 0) {
       for (int r = 0; r < 4; ++r) PrefetchAhead<kBlockBytes>(rows[r] + k * kBlockBytes, prefetch_offset);
     }
-    const KQ45Scales s = KQ45ScalesOf(rows, k * kBlockBytes);
+    KQ45Scales s;
+    if (cache.ready) {
+      for (int h = 0; h < 2; ++h) cache.Load(2 * k + h, &s.a[h], &s.c[h]);
+    } else {
+      s = KQ45ScalesOf(rows, k * kBlockBytes);
+      for (int h = 0; h < 2; ++h) cache.Store(2 * k + h, s.a[h], s.c[h]);
+    }
     for (int h = 0; h < 2; ++h) {
       KAffineStep<kActs>(acc, KQ45Decode<kType>(rows, k * kBlockBytes, h), s.a[h], s.c[h],
                          x + (2 * k + h) * internal::kKTileGroupBytes, x_stride);
@@ -348,8 +372,8 @@ HWY_INLINE KStep KQ6Decode(const std::byte* const* rows, int64_t offset, int n) 
 template <int kActs>
 HWY_INLINE LOOM_KERNELS_VNNI_ATTR void KQ6QuadTile(const std::byte* const* rows, int rows_valid,
                                                    int64_t prefetch_offset, int64_t supers,
-                                                   const std::byte* x, int64_t x_stride, float* y,
-                                                   int64_t y_stride) {
+                                                   const KFactorCache& cache, const std::byte* x,
+                                                   int64_t x_stride, float* y, int64_t y_stride) {
   constexpr int64_t kBlockBytes = internal::kQ6KBlockBytes;
   __m512 acc[kActs];
   for (int t = 0; t < kActs; ++t) acc[t] = _mm512_setzero_ps();
@@ -357,7 +381,13 @@ HWY_INLINE LOOM_KERNELS_VNNI_ATTR void KQ6QuadTile(const std::byte* const* rows,
     if (prefetch_offset != 0) {
       for (int r = 0; r < 4; ++r) PrefetchAhead<kBlockBytes>(rows[r] + k * kBlockBytes, prefetch_offset);
     }
-    const KQ6Scales s = KQ6ScalesOf(rows, k * kBlockBytes);
+    KQ6Scales s;
+    if (cache.ready) {
+      for (int n = 0; n < 2; ++n) cache.Load(2 * k + n, &s.a_lo[n], &s.a_hi[n]);
+    } else {
+      s = KQ6ScalesOf(rows, k * kBlockBytes);
+      for (int n = 0; n < 2; ++n) cache.Store(2 * k + n, s.a_lo[n], s.a_hi[n]);
+    }
     for (int n = 0; n < 2; ++n) {
       KHalvesStep<kActs>(acc, KQ6Decode(rows, k * kBlockBytes, n), s.a_lo[n], s.a_hi[n],
                          x + (2 * k + n) * internal::kKTileGroupBytes, x_stride);
@@ -366,7 +396,7 @@ HWY_INLINE LOOM_KERNELS_VNNI_ATTR void KQ6QuadTile(const std::byte* const* rows,
   KStoreRows<kActs>(acc, rows_valid, y, y_stride);
 }
 
-// ---- MLX 4-bit and 8-bit: 128-value chunks c of a row are steps (4 blocks; a last partial chunk
+// ---- MLX (every width; 4 and 8 bits decoded specially): 128-value chunks c of a row are steps (4 blocks; a last partial chunk
 // has `valid` < 4 blocks, read with masked loads so that nothing past the row is touched).
 
 // Up to 4 scalars (f32, f16 or bf16) at p as f32 lanes, zeros after `count`.
@@ -381,15 +411,42 @@ HWY_INLINE __m128 KLoadScalars4(DType type, const std::byte* p, int64_t count) {
 // The MLX matrix's row tile: rows, their groups' layout, and the lane index of the groups.
 struct KMlxQuad {
   const MatrixView* w;
+  int bits = 0;              // MLX: bits per value
+  int64_t scale_bytes = 0;   // MLX: bytes per scale or bias
   int64_t row_ids[4];
   __m512i group_lanes;  // lane 4s+r <- 4r + (group of block s in the chunk)
+  // Other widths than 4 and 8 (KMlxDecodeBits): the bytes of each 8 values gathered into a qword
+  // (vpermt2b indices for values 0..15 and 16..31 of the 4 blocks), vpmultishiftqb offsets of the
+  // 8 values in a qword, the value mask.
+  __m512i gather[2];
+  __m512i shifts;
+  __m512i mask;
 };
+
+// The lanes of KMlxQuad for `bits`-bit values.
+HWY_INLINE void KMlxBitTables(int bits, KMlxQuad* quad) {
+  alignas(64) uint8_t gather[2][64];
+  alignas(64) uint8_t shifts[64];
+  for (int half = 0; half < 2; ++half) {
+    for (int j = 0; j < 64; ++j) {
+      // Byte j of the output: value 32s + 16 half + 8 (q % 2) + t with s = j / 16, q = j / 8.
+      const int s = j / 16, q = j / 8, t = j % 8;
+      const int first = 32 * s + 16 * half + 8 * (q % 2);  // multiple of 8: starts a byte
+      gather[half][j] = static_cast<uint8_t>(first / 8 * bits + std::min(t, bits - 1));
+    }
+  }
+  for (int j = 0; j < 64; ++j) shifts[j] = static_cast<uint8_t>(bits * (j % 8));
+  quad->gather[0] = _mm512_load_si512(gather[0]);
+  quad->gather[1] = _mm512_load_si512(gather[1]);
+  quad->shifts = _mm512_load_si512(shifts);
+  quad->mask = _mm512_set1_epi8(static_cast<char>((1 << bits) - 1));
+}
 
 // lane 4s + r: scale (a) and bias (c) of block s's group in row r.
 HWY_INLINE void KMlxScales(const KMlxQuad& quad, int64_t chunk, int64_t valid, __m512* a,
                            __m512* c) {
   const MatrixView& w = *quad.w;
-  const int64_t scale_bytes = Traits(w.scale_type).block_bytes;
+  const int64_t scale_bytes = quad.scale_bytes;
   const int64_t group0 = chunk * 128 / w.group_size;
   const int64_t groups = (32 * valid + w.group_size - 1) / w.group_size;
   __m128 sv[4], bv[4];
@@ -411,8 +468,32 @@ HWY_INLINE void KMlxScales(const KMlxQuad& quad, int64_t chunk, int64_t valid, _
 // 4-bit: byte j of a block's 16 holds values 2j and 2j + 1 in its low and high nibble, so
 // interleaving the nibbles of a 128-bit lane gives values 0..15 (bytes 0..7) and 16..31.
 // 8-bit: 64-byte halves of the chunk hold blocks (0, 1) and (2, 3) in order.
+// Any width (2, 3, 5, 6 bits): 8 values take `bits` whole bytes, so vpermt2b gathers each 8
+// values' bytes into a qword (the chunk's 16 * bits <= 96 bytes fit its two tables) and
+// vpmultishiftqb picks the values' bits out of it.
+HWY_INLINE KStep KMlxDecodeBits(const KMlxQuad& quad, int64_t chunk, int64_t valid) {
+  const MatrixView& w = *quad.w;
+  const int bits = quad.bits;
+  const int64_t bytes = 4 * bits * valid;
+  KStep s;
+  for (int r = 0; r < 4; ++r) {
+    const std::byte* p = w.data + quad.row_ids[r] * w.row_stride + chunk * 16 * bits;
+    const __m512i a = _mm512_maskz_loadu_epi8(FirstLanes(bytes), p);
+    const __m512i b = _mm512_maskz_loadu_epi8(FirstLanes(bytes - 64), p + 64);
+    const auto values = [&](__m512i gather) {
+      return _mm512_and_si512(
+          _mm512_multishift_epi64_epi8(quad.shifts, _mm512_permutex2var_epi8(a, gather, b)),
+          quad.mask);
+    };
+    s.lo[r] = values(quad.gather[0]);
+    s.hi[r] = values(quad.gather[1]);
+  }
+  return s;
+}
+
 template <int kBits, bool kTail>
 HWY_INLINE KStep KMlxDecode(const KMlxQuad& quad, int64_t chunk, int64_t valid) {
+  if constexpr (kBits != 4 && kBits != 8) return KMlxDecodeBits(quad, chunk, valid);
   const MatrixView& w = *quad.w;
   KStep s;
   for (int r = 0; r < 4; ++r) {
@@ -439,20 +520,23 @@ HWY_INLINE KStep KMlxDecode(const KMlxQuad& quad, int64_t chunk, int64_t valid) 
 
 template <int kBits, int kActs>
 HWY_INLINE LOOM_KERNELS_VNNI_ATTR void KMlxQuadTile(const KMlxQuad& quad, int rows_valid,
-                                                    int64_t prefetch_rows, const std::byte* x,
+                                                    int64_t prefetch_rows,
+                                                    const KFactorCache& cache, const std::byte* x,
                                                     int64_t x_stride, float* y, int64_t y_stride) {
   const MatrixView& w = *quad.w;
-  constexpr int64_t kChunkBytes = 16 * kBits;
+  // kBits == 0: any width (KMlxDecodeBits); prefetches cover 64 bytes per row and chunk.
+  constexpr int64_t kChunkBytes = kBits == 0 ? 96 : 16 * kBits;
+  const int64_t chunk_bytes = kBits == 0 ? 16 * quad.bits : kChunkBytes;
   const int64_t blocks = w.cols / 32;
   const int64_t full = blocks / 4;
-  const int64_t scale_bytes = Traits(w.scale_type).block_bytes;
+  const int64_t scale_bytes = quad.scale_bytes;
   __m512 acc[kActs];
   for (int t = 0; t < kActs; ++t) acc[t] = _mm512_setzero_ps();
   __m512 a, c;
   for (int64_t ch = 0; ch < full; ++ch) {
     if (prefetch_rows != 0) {
       for (int r = 0; r < 4; ++r) {
-        PrefetchAhead<kChunkBytes>(w.data + quad.row_ids[r] * w.row_stride + ch * kChunkBytes,
+        PrefetchAhead<kChunkBytes>(w.data + quad.row_ids[r] * w.row_stride + ch * chunk_bytes,
                                    prefetch_rows * w.row_stride);
         const int64_t off =
             quad.row_ids[r] * w.scale_row_stride + ch * 128 / w.group_size * scale_bytes;
@@ -460,12 +544,22 @@ HWY_INLINE LOOM_KERNELS_VNNI_ATTR void KMlxQuadTile(const KMlxQuad& quad, int ro
         PrefetchAhead<1>(w.biases + off, prefetch_rows * w.scale_row_stride);
       }
     }
-    KMlxScales(quad, ch, 4, &a, &c);
+    if (cache.ready) {
+      cache.Load(ch, &a, &c);
+    } else {
+      KMlxScales(quad, ch, 4, &a, &c);
+      cache.Store(ch, a, c);
+    }
     KAffineStep<kActs>(acc, KMlxDecode<kBits, false>(quad, ch, 4), a, c,
                        x + ch * internal::kKTileGroupBytes, x_stride);
   }
   if (blocks % 4 != 0) {
-    KMlxScales(quad, full, blocks % 4, &a, &c);
+    if (cache.ready) {
+      cache.Load(full, &a, &c);
+    } else {
+      KMlxScales(quad, full, blocks % 4, &a, &c);
+      cache.Store(full, a, c);
+    }
     KAffineStep<kActs>(acc, KMlxDecode<kBits, true>(quad, full, blocks % 4), a, c,
                        x + full * internal::kKTileGroupBytes, x_stride);
   }
@@ -479,8 +573,8 @@ template <DType kType>
 bool KTileSupports(const MatrixView& w) {
   if constexpr (kType == DType::kQ4_K || kType == DType::kQ5_K || kType == DType::kQ6_K) {
     return w.cols % internal::kQK == 0;
-  } else if constexpr (kType == DType::kMlx4) {
-    return (w.type == DType::kMlx4 || w.type == DType::kMlx8) && w.cols % 32 == 0 &&
+  } else if constexpr (kType == DType::kMlx4) {  // every width
+    return IsMlx(w.type) && MlxBitsOf(w.type) >= 2 && MlxBitsOf(w.type) <= 8 && w.cols % 32 == 0 &&
            (w.group_size == 32 || w.group_size == 64 || w.group_size == 128) &&
            w.cols % w.group_size == 0 &&
            (w.scale_type == DType::kF32 || w.scale_type == DType::kF16 ||
@@ -494,20 +588,22 @@ bool KTileSupports(const MatrixView& w) {
 template <DType kType, int kActs>
 HWY_INLINE LOOM_KERNELS_VNNI_ATTR void KQuadTile(const KMlxQuad& quad, const std::byte* const* rows,
                                                  int rows_valid, int64_t prefetch_rows,
-                                                 const std::byte* x, int64_t x_stride, float* y,
-                                                 int64_t y_stride) {
+                                                 const KFactorCache& cache, const std::byte* x,
+                                                 int64_t x_stride, float* y, int64_t y_stride) {
   const MatrixView& w = *quad.w;
   const int64_t supers = w.cols / internal::kQK;
   if constexpr (kType == DType::kQ4_K || kType == DType::kQ5_K) {
-    KQ45QuadTile<kType, kActs>(rows, rows_valid, prefetch_rows * w.row_stride, supers, x, x_stride,
-                               y, y_stride);
+    KQ45QuadTile<kType, kActs>(rows, rows_valid, prefetch_rows * w.row_stride, supers, cache, x,
+                               x_stride, y, y_stride);
   } else if constexpr (kType == DType::kQ6_K) {
-    KQ6QuadTile<kActs>(rows, rows_valid, prefetch_rows * w.row_stride, supers, x, x_stride, y,
-                       y_stride);
+    KQ6QuadTile<kActs>(rows, rows_valid, prefetch_rows * w.row_stride, supers, cache, x, x_stride,
+                       y, y_stride);
   } else if (w.type == DType::kMlx4) {
-    KMlxQuadTile<4, kActs>(quad, rows_valid, prefetch_rows, x, x_stride, y, y_stride);
+    KMlxQuadTile<4, kActs>(quad, rows_valid, prefetch_rows, cache, x, x_stride, y, y_stride);
+  } else if (w.type == DType::kMlx8) {
+    KMlxQuadTile<8, kActs>(quad, rows_valid, prefetch_rows, cache, x, x_stride, y, y_stride);
   } else {
-    KMlxQuadTile<8, kActs>(quad, rows_valid, prefetch_rows, x, x_stride, y, y_stride);
+    KMlxQuadTile<0, kActs>(quad, rows_valid, prefetch_rows, cache, x, x_stride, y, y_stride);
   }
 }
 
@@ -538,7 +634,16 @@ LOOM_KERNELS_VNNI_ATTR void KTileRows(const MatrixView& w, int64_t row_begin, in
       lanes[l] = 4 * (l % 4) + static_cast<int32_t>(l / 4 * 32 / w.group_size);
     }
     quad.group_lanes = _mm512_load_si512(lanes);
+    quad.bits = MlxBitsOf(w.type);
+    quad.scale_bytes = Traits(w.scale_type).block_bytes;
+    KMlxBitTables(quad.bits, &quad);
   }
+  // Steps of up to kKMaxCachedSteps * 128 values (16384) keep their factors across tiles (16 KiB).
+  constexpr int64_t kKMaxCachedSteps = 128;
+  alignas(64) __m512 factor_lanes[2 * kKMaxCachedSteps];
+  const int64_t steps = (w.cols + internal::kKTileGroupValues - 1) / internal::kKTileGroupValues;
+  KFactorCache cache;
+  cache.lanes = steps <= kKMaxCachedSteps ? factor_lanes : nullptr;
   for (int64_t i0 = 0; i0 < n; i0 += chunk) {
     const int64_t i1 = std::min(n, i0 + chunk);
     for (int64_t r = row_begin; r < row_end; r += 4) {
@@ -550,22 +655,26 @@ LOOM_KERNELS_VNNI_ATTR void KTileRows(const MatrixView& w, int64_t row_begin, in
       }
       // Only the first pass over a quad reads it from memory; later ones hit the L1.
       int64_t prefetch = prefetch_rows;
+      cache.ready = false;
       int64_t i = i0;
       for (; i + kKTileActs <= i1; i += kKTileActs) {
-        KQuadTile<kType, kKTileActs>(quad, rows, rows_valid, prefetch, tiles + i * x_stride,
+        KQuadTile<kType, kKTileActs>(quad, rows, rows_valid, prefetch, cache, tiles + i * x_stride,
                                      x_stride, y + i * y_stride + r, y_stride);
         prefetch = 0;
+        cache.ready = cache.lanes != nullptr;
       }
       if (i + kKTileActs / 2 <= i1) {
-        KQuadTile<kType, kKTileActs / 2>(quad, rows, rows_valid, prefetch, tiles + i * x_stride,
+        KQuadTile<kType, kKTileActs / 2>(quad, rows, rows_valid, prefetch, cache, tiles + i * x_stride,
                                          x_stride, y + i * y_stride + r, y_stride);
         prefetch = 0;
+        cache.ready = cache.lanes != nullptr;
         i += kKTileActs / 2;
       }
       for (; i < i1; ++i) {
-        KQuadTile<kType, 1>(quad, rows, rows_valid, prefetch, tiles + i * x_stride, x_stride,
+        KQuadTile<kType, 1>(quad, rows, rows_valid, prefetch, cache, tiles + i * x_stride, x_stride,
                             y + i * y_stride + r, y_stride);
         prefetch = 0;
+        cache.ready = cache.lanes != nullptr;
       }
     }
   }
