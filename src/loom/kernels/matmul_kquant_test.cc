@@ -20,8 +20,8 @@
 namespace loom::kernels {
 namespace {
 
-using testing::Expected;
 using testing::ExpectBatchRowsEqualSingleRows;
+using testing::Expected;
 using testing::ExpectNear;
 using testing::ForEachSimdTarget;
 using testing::RandomVector;
@@ -182,8 +182,10 @@ TEST(KActTest, TileGroupsRearrangeTheRow) {
           const float sum = reinterpret_cast<const float*>(g + internal::kKTileSum)[lane];
           EXPECT_EQ(dx, b < blocks ? d[b] : 0.0f);
           EXPECT_EQ(sum, b < blocks ? hs[2 * b] + hs[2 * b + 1] : 0.0f);
-          EXPECT_EQ(reinterpret_cast<const int32_t*>(g + internal::kKTileCorrLo)[lane], -8 * sum_lo);
-          EXPECT_EQ(reinterpret_cast<const int32_t*>(g + internal::kKTileCorrHi)[lane], -8 * sum_hi);
+          EXPECT_EQ(reinterpret_cast<const int32_t*>(g + internal::kKTileCorrLo)[lane],
+                    -8 * sum_lo);
+          EXPECT_EQ(reinterpret_cast<const int32_t*>(g + internal::kKTileCorrHi)[lane],
+                    -8 * sum_hi);
         }
       }
     }
@@ -210,8 +212,8 @@ TEST(KActTest, SimdEqualsScalarByteForByte) {
       std::memset(got.data(), 0x5A, bytes);
       internal::QuantizeKActRows(x.data(), n, cols, got.data());
       for (size_t k = 0; k < bytes; ++k) {
-        ASSERT_EQ(got.data()[k], want.data()[k]) << "cols " << cols << ", byte " << k % row_bytes
-                                                 << " of row " << k / row_bytes;
+        ASSERT_EQ(got.data()[k], want.data()[k])
+            << "cols " << cols << ", byte " << k % row_bytes << " of row " << k / row_bytes;
       }
     });
   }

@@ -1,6 +1,6 @@
 // Register-tiled AVX3_DL (AVX-512 with VNNI and VBMI) products for K-quant (Q4_K, Q5_K, Q6_K) and
-// MLX affine weights (every width 2..8 bits) with kact activations: included once per SIMD target by
-// matmul_kquant-inl.h, empty except for AVX3_DL.  The scheme of Q4_0's quad tiles
+// MLX affine weights (every width 2..8 bits) with kact activations: included once per SIMD target
+// by matmul_kquant-inl.h, empty except for AVX3_DL.  The scheme of Q4_0's quad tiles
 // (matmul_quant-inl.h):
 //  - activations are read as the kact tile groups (kernels_internal.h): 128 values in two 64-byte
 //    vectors, values 0..15 of block s in 128-bit lane s of the first, 16..31 in the second, next to
@@ -123,8 +123,7 @@ struct KStep {
 // value = a * q + c per (block, row) lane.
 template <int kActs>
 HWY_INLINE LOOM_KERNELS_VNNI_ATTR void KAffineStep(__m512 (&acc)[kActs], const KStep& w, __m512 a,
-                                                   __m512 c, const std::byte* x,
-                                                   int64_t x_stride) {
+                                                   __m512 c, const std::byte* x, int64_t x_stride) {
   for (int t = 0; t < kActs; ++t) {
     const std::byte* xt = x + t * x_stride;
     const __m512i x_lo = _mm512_load_si512(xt + internal::kKTileLo);
@@ -167,8 +166,7 @@ HWY_INLINE LOOM_KERNELS_VNNI_ATTR void KHalvesStep(__m512 (&acc)[kActs], const K
 
 // y[t * y_stride + r] = row r's sum (lane r of the 4 blocks' 128-bit lanes) for r < rows_valid.
 template <int kActs>
-HWY_INLINE void KStoreRows(const __m512 (&acc)[kActs], int rows_valid, float* y,
-                           int64_t y_stride) {
+HWY_INLINE void KStoreRows(const __m512 (&acc)[kActs], int rows_valid, float* y, int64_t y_stride) {
   for (int t = 0; t < kActs; ++t) {
     __m512 s = _mm512_add_ps(acc[t], _mm512_shuffle_f32x4(acc[t], acc[t], _MM_SHUFFLE(1, 0, 3, 2)));
     s = _mm512_add_ps(s, _mm512_shuffle_f32x4(s, s, _MM_SHUFFLE(2, 3, 0, 1)));
@@ -180,8 +178,8 @@ HWY_INLINE void KStoreRows(const __m512 (&acc)[kActs], int rows_valid, float* y,
 
 // 16 bytes in the order 4r + s as f32 lanes 4s + r.
 HWY_INLINE __m512 KTransposedBytesToF32(__m128i bytes) {
-  const __m128i t = _mm_shuffle_epi8(bytes, _mm_load_si128(reinterpret_cast<const __m128i*>(
-                                                kKTranspose.data())));
+  const __m128i t =
+      _mm_shuffle_epi8(bytes, _mm_load_si128(reinterpret_cast<const __m128i*>(kKTranspose.data())));
   return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(t));
 }
 
@@ -228,15 +226,14 @@ HWY_INLINE KQ45Scales KQ45ScalesOf(const std::byte* const* rows, int64_t offset)
   const __m128i k6 = _mm_set1_epi8(0x3F), k4 = _mm_set1_epi8(0x0F), k2 = _mm_set1_epi8(0x03);
   const __m128i sc_lo = _mm_and_si128(w0, k6);
   const __m128i m_lo = _mm_and_si128(w1, k6);
-  const __m128i sc_hi = _mm_or_si128(
-      _mm_and_si128(w2, k4), _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(w0, 6), k2), 4));
-  const __m128i m_hi =
-      _mm_or_si128(_mm_and_si128(_mm_srli_epi32(w2, 4), k4),
-                   _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(w1, 6), k2), 4));
+  const __m128i sc_hi = _mm_or_si128(_mm_and_si128(w2, k4),
+                                     _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(w0, 6), k2), 4));
+  const __m128i m_hi = _mm_or_si128(_mm_and_si128(_mm_srli_epi32(w2, 4), k4),
+                                    _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(w1, 6), k2), 4));
   const __m512 ddf = _mm512_castps256_ps512(_mm256_cvtph_ps(dd));  // lanes 2r, 2r + 1
   const __m512 d = _mm512_permutexvar_ps(KLoadTable(kKRowD), ddf);
-  const __m512 neg_dmin = _mm512_xor_ps(_mm512_permutexvar_ps(KLoadTable(kKRowDmin), ddf),
-                                        _mm512_set1_ps(-0.0f));
+  const __m512 neg_dmin =
+      _mm512_xor_ps(_mm512_permutexvar_ps(KLoadTable(kKRowDmin), ddf), _mm512_set1_ps(-0.0f));
   KQ45Scales s;
   s.a[0] = _mm512_mul_ps(KTransposedBytesToF32(sc_lo), d);
   s.a[1] = _mm512_mul_ps(KTransposedBytesToF32(sc_hi), d);
@@ -289,7 +286,8 @@ HWY_INLINE LOOM_KERNELS_VNNI_ATTR void KQ45QuadTile(const std::byte* const* rows
   for (int t = 0; t < kActs; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t k = 0; k < supers; ++k) {
     if (prefetch_offset != 0) {
-      for (int r = 0; r < 4; ++r) PrefetchAhead<kBlockBytes>(rows[r] + k * kBlockBytes, prefetch_offset);
+      for (int r = 0; r < 4; ++r)
+        PrefetchAhead<kBlockBytes>(rows[r] + k * kBlockBytes, prefetch_offset);
     }
     KQ45Scales s;
     if (cache.ready) {
@@ -379,7 +377,8 @@ HWY_INLINE LOOM_KERNELS_VNNI_ATTR void KQ6QuadTile(const std::byte* const* rows,
   for (int t = 0; t < kActs; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t k = 0; k < supers; ++k) {
     if (prefetch_offset != 0) {
-      for (int r = 0; r < 4; ++r) PrefetchAhead<kBlockBytes>(rows[r] + k * kBlockBytes, prefetch_offset);
+      for (int r = 0; r < 4; ++r)
+        PrefetchAhead<kBlockBytes>(rows[r] + k * kBlockBytes, prefetch_offset);
     }
     KQ6Scales s;
     if (cache.ready) {
@@ -396,8 +395,9 @@ HWY_INLINE LOOM_KERNELS_VNNI_ATTR void KQ6QuadTile(const std::byte* const* rows,
   KStoreRows<kActs>(acc, rows_valid, y, y_stride);
 }
 
-// ---- MLX (every width; 4 and 8 bits decoded specially): 128-value chunks c of a row are steps (4 blocks; a last partial chunk
-// has `valid` < 4 blocks, read with masked loads so that nothing past the row is touched).
+// ---- MLX (every width; 4 and 8 bits decoded specially): 128-value chunks c of a row are steps (4
+// blocks; a last partial chunk has `valid` < 4 blocks, read with masked loads so that nothing past
+// the row is touched).
 
 // Up to 4 scalars (f32, f16 or bf16) at p as f32 lanes, zeros after `count`.
 HWY_INLINE __m128 KLoadScalars4(DType type, const std::byte* p, int64_t count) {
@@ -411,8 +411,8 @@ HWY_INLINE __m128 KLoadScalars4(DType type, const std::byte* p, int64_t count) {
 // The MLX matrix's row tile: rows, their groups' layout, and the lane index of the groups.
 struct KMlxQuad {
   const MatrixView* w;
-  int bits = 0;              // MLX: bits per value
-  int64_t scale_bytes = 0;   // MLX: bytes per scale or bias
+  int bits = 0;             // MLX: bits per value
+  int64_t scale_bytes = 0;  // MLX: bytes per scale or bias
   int64_t row_ids[4];
   __m512i group_lanes;  // lane 4s+r <- 4r + (group of block s in the chunk)
   // Other widths than 4 and 8 (KMlxDecodeBits): the bytes of each 8 values gathered into a qword
@@ -623,8 +623,8 @@ LOOM_KERNELS_VNNI_ATTR void KTileRows(const MatrixView& w, int64_t row_begin, in
   const int64_t row_bytes = std::max<int64_t>(1, w.cols / 32 * block_bytes8 / 8);
   // Whole rows ahead, so that the prefetched bytes are those the same tile position will read.
   const int64_t prefetch_rows = (kPrefetchBytes + row_bytes - 1) / row_bytes;
-  const int64_t chunk = std::max<int64_t>(
-      kKTileActs, (int64_t{256} << 10) / tile_bytes / kKTileActs * kKTileActs);
+  const int64_t chunk =
+      std::max<int64_t>(kKTileActs, (int64_t{256} << 10) / tile_bytes / kKTileActs * kKTileActs);
   KMlxQuad quad;
   quad.w = &w;
   quad.group_lanes = _mm512_setzero_si512();
@@ -664,8 +664,9 @@ LOOM_KERNELS_VNNI_ATTR void KTileRows(const MatrixView& w, int64_t row_begin, in
         cache.ready = cache.lanes != nullptr;
       }
       if (i + kKTileActs / 2 <= i1) {
-        KQuadTile<kType, kKTileActs / 2>(quad, rows, rows_valid, prefetch, cache, tiles + i * x_stride,
-                                         x_stride, y + i * y_stride + r, y_stride);
+        KQuadTile<kType, kKTileActs / 2>(quad, rows, rows_valid, prefetch, cache,
+                                         tiles + i * x_stride, x_stride, y + i * y_stride + r,
+                                         y_stride);
         prefetch = 0;
         cache.ready = cache.lanes != nullptr;
         i += kKTileActs / 2;

@@ -39,8 +39,8 @@ void operator delete(void* p, size_t) noexcept { std::free(p); }
 namespace loom::kernels {
 namespace {
 
-using testing::Expected;
 using testing::ExpectBatchRowsEqualSingleRows;
+using testing::Expected;
 using testing::ExpectMatchesReference;
 using testing::ExpectNear;
 using testing::ForEachSimdTarget;

@@ -85,7 +85,8 @@ struct PackedCopy {
 };
 
 // What the kernels actually multiply: x itself for float types, its quantized values otherwise.
-inline std::vector<float> EffectiveActivations(DType type, const float* x, int64_t n, int64_t cols) {
+inline std::vector<float> EffectiveActivations(DType type, const float* x, int64_t n,
+                                               int64_t cols) {
   std::vector<float> out(x, x + n * cols);
   if (!reference::UsesQuantizedActivations(type)) return out;
   std::vector<int8_t> q(static_cast<size_t>(cols));
@@ -147,7 +148,7 @@ inline void ExpectMatchesReference(const MatrixView& w, const float* x, int64_t 
 // a continuation prefills the tokens another node decoded one at a time, and greedy decoding only
 // continues the same text if those positions get the same KV cache and logits.
 inline void ExpectBatchRowsEqualSingleRows(const MatrixView& w, const float* x, int64_t n,
-                                    base::ThreadPool& pool) {
+                                           base::ThreadPool& pool) {
   Workspace ws;
   std::vector<float> batch(static_cast<size_t>(n * w.rows), NAN);
   MatMul(w, x, n, batch.data(), ws, pool);
