@@ -199,6 +199,28 @@ struct KFactorCache {
     *a = _mm512_load_ps(lanes + 2 * step);
     *c = _mm512_load_ps(lanes + 2 * step + 1);
   }
+  // The decoded weights of the step (KStep), or decode(): kept for the next tiles like the factors
+  // when `steps` is not null (rows short enough for them to stay in L1 beside the activations).
+  __m512i* steps = nullptr;  // (steps, 8)
+  template <class Decode>
+  HWY_INLINE KStep Weights(int64_t step, const Decode& decode) const {
+    KStep w;
+    if (steps != nullptr && ready) {
+      for (int r = 0; r < 4; ++r) {
+        w.lo[r] = _mm512_load_si512(steps + 8 * step + r);
+        w.hi[r] = _mm512_load_si512(steps + 8 * step + 4 + r);
+      }
+      return w;
+    }
+    w = decode();
+    if (steps != nullptr) {
+      for (int r = 0; r < 4; ++r) {
+        _mm512_store_si512(steps + 8 * step + r, w.lo[r]);
+        _mm512_store_si512(steps + 8 * step + 4 + r, w.hi[r]);
+      }
+    }
+    return w;
+  }
 };
 
 // ---- Q4_K and Q5_K: super-block k of each row at rows[r] + offset; its halves h = 0, 1 are steps.
@@ -297,8 +319,10 @@ HWY_INLINE LOOM_KERNELS_VNNI_ATTR void KQ45QuadTile(const std::byte* const* rows
       for (int h = 0; h < 2; ++h) cache.Store(2 * k + h, s.a[h], s.c[h]);
     }
     for (int h = 0; h < 2; ++h) {
-      KAffineStep<kActs>(acc, KQ45Decode<kType>(rows, k * kBlockBytes, h), s.a[h], s.c[h],
-                         x + (2 * k + h) * internal::kKTileGroupBytes, x_stride);
+      const KStep w =
+          cache.Weights(2 * k + h, [&] { return KQ45Decode<kType>(rows, k * kBlockBytes, h); });
+      KAffineStep<kActs>(acc, w, s.a[h], s.c[h], x + (2 * k + h) * internal::kKTileGroupBytes,
+                         x_stride);
     }
   }
   KStoreRows<kActs>(acc, rows_valid, y, y_stride);
@@ -388,8 +412,9 @@ HWY_INLINE LOOM_KERNELS_VNNI_ATTR void KQ6QuadTile(const std::byte* const* rows,
       for (int n = 0; n < 2; ++n) cache.Store(2 * k + n, s.a_lo[n], s.a_hi[n]);
     }
     for (int n = 0; n < 2; ++n) {
-      KHalvesStep<kActs>(acc, KQ6Decode(rows, k * kBlockBytes, n), s.a_lo[n], s.a_hi[n],
-                         x + (2 * k + n) * internal::kKTileGroupBytes, x_stride);
+      const KStep w = cache.Weights(2 * k + n, [&] { return KQ6Decode(rows, k * kBlockBytes, n); });
+      KHalvesStep<kActs>(acc, w, s.a_lo[n], s.a_hi[n], x + (2 * k + n) * internal::kKTileGroupBytes,
+                         x_stride);
     }
   }
   KStoreRows<kActs>(acc, rows_valid, y, y_stride);
@@ -550,8 +575,9 @@ HWY_INLINE LOOM_KERNELS_VNNI_ATTR void KMlxQuadTile(const KMlxQuad& quad, int ro
       KMlxScales(quad, ch, 4, &a, &c);
       cache.Store(ch, a, c);
     }
-    KAffineStep<kActs>(acc, KMlxDecode<kBits, false>(quad, ch, 4), a, c,
-                       x + ch * internal::kKTileGroupBytes, x_stride);
+    KAffineStep<kActs>(acc,
+                       cache.Weights(ch, [&] { return KMlxDecode<kBits, false>(quad, ch, 4); }), a,
+                       c, x + ch * internal::kKTileGroupBytes, x_stride);
   }
   if (blocks % 4 != 0) {
     if (cache.ready) {
@@ -560,8 +586,9 @@ HWY_INLINE LOOM_KERNELS_VNNI_ATTR void KMlxQuadTile(const KMlxQuad& quad, int ro
       KMlxScales(quad, full, blocks % 4, &a, &c);
       cache.Store(full, a, c);
     }
-    KAffineStep<kActs>(acc, KMlxDecode<kBits, true>(quad, full, blocks % 4), a, c,
-                       x + full * internal::kKTileGroupBytes, x_stride);
+    KAffineStep<kActs>(
+        acc, cache.Weights(full, [&] { return KMlxDecode<kBits, true>(quad, full, blocks % 4); }),
+        a, c, x + full * internal::kKTileGroupBytes, x_stride);
   }
   KStoreRows<kActs>(acc, rows_valid, y, y_stride);
 }
@@ -609,14 +636,16 @@ HWY_INLINE LOOM_KERNELS_VNNI_ATTR void KQuadTile(const KMlxQuad& quad, const std
 
 // The products of rows [row_begin, row_end) with n kact rows: 4 weight rows at a time, in tiles of
 // kKTileActs activation rows (then 4, then 1), activation rows in chunks whose tile groups stay in
-// L2 while every quad of this thread's rows passes over them.
+// L2 (512 KiB of its 1 MiB) while every quad of this thread's rows passes over them.
 template <DType kType>
 LOOM_KERNELS_VNNI_ATTR void KTileRows(const MatrixView& w, int64_t row_begin, int64_t row_end,
                                       const std::byte* xa, int64_t n, float* y, int64_t y_stride) {
   const int64_t x_stride = internal::KActRowBytes(w.cols);
   const std::byte* tiles = xa + internal::KActTileOffset(w.cols);
+  // The bytes of an activation row's tile groups that the kernel reads (Q6_K: values, scales and
+  // corrections; the others: values, scales and sums), whole 128-byte line pairs.
   const int64_t tile_bytes = (w.cols + internal::kKTileGroupValues - 1) /
-                             internal::kKTileGroupValues * internal::kKTileGroupBytes;
+                             internal::kKTileGroupValues * (kType == DType::kQ6_K ? 384 : 256);
   // The weight type's bytes per 32 values, in eighths (K-quant super-blocks hold 8 x 32).
   const int64_t block_bytes8 =
       kType == DType::kMlx4 ? Traits(w.type).block_bytes * 8 : Traits(kType).block_bytes;
@@ -624,7 +653,7 @@ LOOM_KERNELS_VNNI_ATTR void KTileRows(const MatrixView& w, int64_t row_begin, in
   // Whole rows ahead, so that the prefetched bytes are those the same tile position will read.
   const int64_t prefetch_rows = (kPrefetchBytes + row_bytes - 1) / row_bytes;
   const int64_t chunk =
-      std::max<int64_t>(kKTileActs, (int64_t{256} << 10) / tile_bytes / kKTileActs * kKTileActs);
+      std::max<int64_t>(kKTileActs, (int64_t{512} << 10) / tile_bytes / kKTileActs * kKTileActs);
   KMlxQuad quad;
   quad.w = &w;
   quad.group_lanes = _mm512_setzero_si512();
@@ -644,6 +673,10 @@ LOOM_KERNELS_VNNI_ATTR void KTileRows(const MatrixView& w, int64_t row_begin, in
   const int64_t steps = (w.cols + internal::kKTileGroupValues - 1) / internal::kKTileGroupValues;
   KFactorCache cache;
   cache.lanes = steps <= kKMaxCachedSteps ? factor_lanes : nullptr;
+  // Decoded weights of rows up to kKMaxDecodedSteps * 128 values (6144: 24 KiB).
+  constexpr int64_t kKMaxDecodedSteps = 16;
+  alignas(64) __m512i decoded[8 * kKMaxDecodedSteps];
+  cache.steps = steps <= kKMaxDecodedSteps && n > 1 ? decoded : nullptr;
   for (int64_t i0 = 0; i0 < n; i0 += chunk) {
     const int64_t i1 = std::min(n, i0 + chunk);
     for (int64_t r = row_begin; r < row_end; r += 4) {
