@@ -74,9 +74,10 @@ constexpr std::array<int32_t, 16> KRowLanes(int offset) {  // lane l <- 2 (l % 4
   for (int l = 0; l < 16; ++l) idx[l] = 2 * (l % 4) + offset;
   return idx;
 }
-constexpr std::array<uint16_t, 32> KQ6HighShift(int base) {  // bytes 0..31: base, 32..63: base + 2
+// Q6_K: 16-bit shift counts for bytes 0..31 (`first`) and 32..63 (`second`) of a 64-byte vector.
+constexpr std::array<uint16_t, 32> KQ6Shifts(int first, int second) {
   std::array<uint16_t, 32> v{};
-  for (int i = 0; i < 32; ++i) v[i] = static_cast<uint16_t>(i < 16 ? base : base + 2);
+  for (int i = 0; i < 32; ++i) v[i] = static_cast<uint16_t>(i < 16 ? first : second);
   return v;
 }
 constexpr std::array<uint16_t, 32> KQ5HighShift(int h) {  // 16-bit lanes of 128-bit lane s: 4h + s
@@ -89,8 +90,9 @@ alignas(16) inline constexpr std::array<uint8_t, 16> kKTranspose = KTransposeByt
 alignas(64) inline constexpr std::array<uint8_t, 64> kKQ6Scales = KQ6ScaleBytes();
 alignas(64) inline constexpr std::array<int32_t, 16> kKRowD = KRowLanes(0);
 alignas(64) inline constexpr std::array<int32_t, 16> kKRowDmin = KRowLanes(1);
-alignas(64) inline constexpr std::array<uint16_t, 32> kKQ6ShiftLo = KQ6HighShift(0);
-alignas(64) inline constexpr std::array<uint16_t, 32> kKQ6ShiftHi = KQ6HighShift(4);
+// Bit pairs 0 and 1 of qh moved left to bits 4-5 (values 0..63), pairs 2 and 3 right (64..127).
+alignas(64) inline constexpr std::array<uint16_t, 32> kKQ6ShiftLo = KQ6Shifts(4, 2);
+alignas(64) inline constexpr std::array<uint16_t, 32> kKQ6ShiftHi = KQ6Shifts(0, 2);
 alignas(64) inline constexpr std::array<uint16_t, 32> kKQ5Shift0 = KQ5HighShift(0);
 alignas(64) inline constexpr std::array<uint16_t, 32> kKQ5Shift1 = KQ5HighShift(1);
 // vpermt2q: 128-bit lanes [lo.0, hi.0, lo.2, hi.2] and [lo.1, hi.1, lo.3, hi.3].
@@ -368,7 +370,7 @@ HWY_INLINE KQ6Scales KQ6ScalesOf(const std::byte* const* rows, int64_t offset) {
 
 HWY_INLINE KStep KQ6Decode(const std::byte* const* rows, int64_t offset, int n) {
   const __m512i nibble = _mm512_set1_epi8(0x0F);
-  const __m512i pair = _mm512_set1_epi8(0x03);
+  const __m512i top = _mm512_set1_epi8(0x30);
   const __m512i shift_lo = KLoadTable(kKQ6ShiftLo);
   const __m512i shift_hi = KLoadTable(kKQ6ShiftHi);
   KStep w;
@@ -378,12 +380,10 @@ HWY_INLINE KStep KQ6Decode(const std::byte* const* rows, int64_t offset, int n) 
     const __m512i qh = _mm512_broadcast_i64x4(
         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + internal::kQ6KQh + 32 * n)));
     // Values 0..63 and 64..127 of the half, in order.
-    const __m512i q0 = _mm512_or_si512(
-        _mm512_and_si512(ql, nibble),
-        _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, shift_lo), pair), 4));
-    const __m512i q1 = _mm512_or_si512(
-        _mm512_and_si512(_mm512_srli_epi16(ql, 4), nibble),
-        _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, shift_hi), pair), 4));
+    const __m512i q0 = _mm512_or_si512(_mm512_and_si512(ql, nibble),
+                                       _mm512_and_si512(_mm512_sllv_epi16(qh, shift_lo), top));
+    const __m512i q1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), nibble),
+                                       _mm512_and_si512(_mm512_srlv_epi16(qh, shift_hi), top));
     // Blocks s = 0..3 of the half: values 32s..32s+15 and 32s+16..32s+31.
     w.lo[r] = _mm512_shuffle_i64x2(q0, q1, _MM_SHUFFLE(2, 0, 2, 0));
     w.hi[r] = _mm512_shuffle_i64x2(q0, q1, _MM_SHUFFLE(3, 1, 3, 1));
