@@ -217,8 +217,9 @@ struct Shape {
   int64_t rows, cols;
 };
 constexpr Shape kShapes[] = {{2048, 2048}, {5632, 2048}, {2048, 5632}, {32000, 2048}};
-constexpr DType kTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0, DType::kQ4_0,
-                            DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kMlx4, DType::kMlx8};
+constexpr DType kTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0,
+                            DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K,
+                            DType::kMlx3, DType::kMlx4, DType::kMlx6, DType::kMlx8};
 
 // "q4_k", "mlx4_g64", ...
 std::string TypeName(DType type) {
@@ -252,7 +253,8 @@ void RegisterAll() {
       }
     }
   }
-  for (DType type : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kMlx4}) {
+  for (DType type :
+       {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K, DType::kMlx4, DType::kMlx8}) {
     const std::string t = TypeName(type);
     for (int threads : {1, 2}) {
       benchmark::RegisterBenchmark(

@@ -53,13 +53,38 @@ void QuantizeActivationRows(const float* x, int64_t n, int64_t cols, int32_t cor
 //   then float d(cols / 32)   the blocks' scales
 //   then float hs(cols / 16)  hs[h] = d[h / 2] * (sum of the 16 q of half-block h), for the
 //                             weights' per-half offsets (Q4_K/Q5_K mins, Q6_K's -32, MLX biases)
+//   then, from KActTileOffset(cols), the same values again as the register-tiled AVX3_DL kernels
+//   read them (matmul_kquant_tile-inl.h): ceil(cols / 128) groups of 4 blocks, kKTileGroupBytes
+//   each, laid out like the qact groups above with lane l = 4s + r standing for block s:
+//     [0, 64)     int8 "lo": block s of the group at bytes 16s..16s+15 holds its values 0..15
+//     [64, 128)   int8 "hi": block s at 64+16s..64+16s+15 holds its values 16..31
+//     [128, 192)  float[16]: lane l holds d of block l / 4
+//     [192, 256)  float[16]: lane l holds hs[2b] + hs[2b + 1] of block b = l / 4 (for mins, biases)
+//     [256, 320)  int32[16]: lane l holds -8 * (sum of values 0..15 of block l / 4): 4 lanes
+//                 together remove Q6_K's offset of 32 from the 16 values' integer dot product
+//     [320, 384)  int32[16]: the same for values 16..31
+//   The missing blocks of a last partial group are zero.
+inline constexpr int64_t kKTileGroupValues = 128;
+inline constexpr int64_t kKTileGroupBytes = 384;
+inline constexpr int64_t kKTileLo = 0;
+inline constexpr int64_t kKTileHi = 64;
+inline constexpr int64_t kKTileScale = 128;
+inline constexpr int64_t kKTileSum = 192;
+inline constexpr int64_t kKTileCorrLo = 256;
+inline constexpr int64_t kKTileCorrHi = 320;
 inline int64_t KActQBytes(int64_t cols) { return (cols + 63) / 64 * 64; }
-inline int64_t KActRowBytes(int64_t cols) {
+inline int64_t KActTileOffset(int64_t cols) {
   return KActQBytes(cols) + (cols / 32 * 4 + cols / 16 * 4 + 63) / 64 * 64;
 }
+inline int64_t KActRowBytes(int64_t cols) {
+  return KActTileOffset(cols) +
+         (cols + kKTileGroupValues - 1) / kKTileGroupValues * kKTileGroupBytes;
+}
 
-// out(n, KActRowBytes(cols)) = the kact rows of x(n, cols); cols a multiple of 32.
+// out(n, KActRowBytes(cols)) = the kact rows of x(n, cols); cols a multiple of 32; out 64-byte
+// aligned.  The scalar version writes the same bytes (a reference for tests).
 void QuantizeKActRows(const float* x, int64_t n, int64_t cols, std::byte* out);
+void QuantizeKActRowsScalar(const float* x, int64_t n, int64_t cols, std::byte* out);
 
 // y(n, y_stride)[:, row_begin:row_end] = x . w[row_begin:row_end]^T for one weight type.
 // Float types take x(n, w.cols) as float; quantized types take qact rows (n, QActRowBytes(cols)).
