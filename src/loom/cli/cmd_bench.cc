@@ -140,6 +140,7 @@ int Bench(const BenchOptions& o) {
     nlohmann::json j = {{"model", o.model},
                         {"threads", threads},
                         {"weights", m.weights_copied ? "copied" : "mapped"},
+                        {"experts_copied", m.experts_copied},
                         {"prompt_tokens", o.prompt_tokens},
                         {"gen_tokens", o.gen_tokens},
                         {"repeats", o.repeats},
@@ -157,7 +158,10 @@ int Bench(const BenchOptions& o) {
   } else {
     std::printf("model            %s\n", o.model.c_str());
     std::printf("threads          %d\n", threads);
-    std::printf("weights          %s\n", m.weights_copied ? "copied (huge pages)" : "mapped");
+    std::printf("weights          %s%s\n", m.weights_copied ? "copied (huge pages)" : "mapped",
+                !m.file->hparams.is_moe() || !m.weights_copied ? ""
+                : m.experts_copied                             ? ", experts too"
+                                                               : ", experts mapped");
     std::printf("prompt (pp%lld)    %.1f tokens/s (median of %d)\n",
                 static_cast<long long>(o.prompt_tokens), pp_med, o.repeats);
     std::printf("generation (tg%lld) %.1f tokens/s (median of %d)\n",

@@ -501,20 +501,35 @@ INSTANTIATE_TEST_SUITE_P(Archs, MoeModelTest,
                                   std::string(k::Traits(info.param.second).name);
                          });
 
-TEST(MoeModelTest, CopiedWeightsKeepTheExpertsMappedAndGiveTheSameLogits) {
+// Copying with the experts moves them into the huge-page buffer too; without, they stay the
+// file's.  Either way the logits are the mapped weights' bit for bit.
+TEST(MoeModelTest, CopiedWeightsWithOrWithoutTheExpertsGiveTheSameLogits) {
   const SynthModel m = MakeSynth(SynthArch::kQwen3Moe, k::DType::kQ8_0);
   ASSERT_NE(m.file, nullptr);
   auto mapped = BindWeights(*m.file);
-  auto copied = BindWeights(*m.file);
-  ASSERT_TRUE(mapped.ok() && copied.ok());
-  ASSERT_TRUE(CopyMatricesToMemory(&*copied).ok());
-  const LayerWeights& L = copied->layers[0];
-  EXPECT_EQ(L.experts[0].gate.data, mapped->layers[0].experts[0].gate.data);  // still the file's
-  EXPECT_NE(L.router.data, mapped->layers[0].router.data);      // copied
+  auto dense = BindWeights(*m.file);
+  auto all = BindWeights(*m.file);
+  ASSERT_TRUE(mapped.ok() && dense.ok() && all.ok());
+  ASSERT_TRUE(CopyMatricesToMemory(&*dense, /*experts=*/false).ok());
+  ASSERT_TRUE(CopyMatricesToMemory(&*all).ok());
+  EXPECT_LT(CopiedMatrixBytes(*mapped, false), CopiedMatrixBytes(*mapped));
+  const LayerWeights& D = dense->layers[0];
+  EXPECT_EQ(D.experts[0].gate.data, mapped->layers[0].experts[0].gate.data);  // still the file's
+  EXPECT_NE(D.router.data, mapped->layers[0].router.data);                    // copied
+  ASSERT_EQ(all->owned_bytes.size(), 1u);
+  const std::byte* begin = all->owned_bytes[0].data();
+  const std::byte* end = begin + all->owned_bytes[0].size();
+  for (const LayerWeights& L : all->layers) {
+    for (const LayerWeights::Expert& e : L.experts) {
+      for (const k::MatrixView* v : {&e.gate, &e.up, &e.down}) {
+        EXPECT_TRUE(v->data >= begin && v->data < end);
+      }
+    }
+  }
   const int32_t tok = 300, pos = 0, slot = 0, row = 0;
   const Batch b{{&tok, 1}, {&pos, 1}, {&slot, 1}, {&row, 1}};
   std::vector<std::vector<float>> logits;
-  for (const TransformerWeights* w : {&*mapped, &*copied}) {
+  for (const TransformerWeights* w : {&*mapped, &*dense, &*all}) {
     base::ThreadPool pool(1);
     auto t = Transformer::Create(*w, {}, pool);
     ASSERT_TRUE(t.ok());
@@ -522,6 +537,7 @@ TEST(MoeModelTest, CopiedWeightsKeepTheExpertsMappedAndGiveTheSameLogits) {
     ASSERT_TRUE((*t)->Forward(b, logits.back().data()).ok());
   }
   EXPECT_EQ(logits[0], logits[1]);
+  EXPECT_EQ(logits[0], logits[2]);
 }
 
 TEST(MoeModelTest, ActiveParametersCountTheUsedShareOfTheExperts) {
