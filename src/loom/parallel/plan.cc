@@ -101,6 +101,7 @@ int64_t ShardWeightBytes(const model::ModelFile& file, const model::ShardSpec& s
 std::string ParallelPlan::Describe() const {
   std::ostringstream s;
   s << "pp=" << pp << (ep ? " ep=" : " tp=") << tp;
+  if (ep) s << (ranks.empty() || ranks[0].shard.expert_parts > 1 ? " (expert rows)" : " (whole experts)");
   for (int stage = 0; stage < pp; ++stage) {
     const RankPlan& r = ranks[static_cast<size_t>(stage * tp)];
     s << (stage ? "; " : ": ") << "stage " << stage << " layers [" << r.shard.layer_begin << ", "
