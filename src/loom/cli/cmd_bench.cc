@@ -155,6 +155,7 @@ int Bench(const BenchOptions& o) {
     nlohmann::json j = {{"model", o.model},
                         {"threads", threads},
                         {"weights", m.weights_copied ? "copied" : "mapped"},
+                        {"experts_copied", m.experts_copied},
                         {"prompt_tokens", o.prompt_tokens},
                         {"gen_tokens", o.gen_tokens},
                         {"repeats", o.repeats},
@@ -177,11 +178,14 @@ int Bench(const BenchOptions& o) {
   } else {
     std::printf("model            %s\n", o.model.c_str());
     std::printf("threads          %d\n", threads);
+    const char* experts = !m.file->hparams.is_moe() || !m.weights_copied ? ""
+                          : m.experts_copied                             ? ", experts too"
+                                                                         : ", experts mapped";
     if (huge_fraction < 0) {
-      std::printf("weights          %s\n", m.weights_copied ? "copied" : "mapped");
+      std::printf("weights          %s%s\n", m.weights_copied ? "copied" : "mapped", experts);
     } else {
-      std::printf("weights          %s, %.0f%% of %.1f MB in huge pages\n",
-                  m.weights_copied ? "copied" : "mapped", 100 * huge_fraction,
+      std::printf("weights          %s%s, %.0f%% of %.1f MB in huge pages\n",
+                  m.weights_copied ? "copied" : "mapped", experts, 100 * huge_fraction,
                   static_cast<double>(last.weight_bytes) / 1e6);
     }
     std::printf("prompt (pp%lld)    %.1f tokens/s (median of %d)\n",

@@ -44,7 +44,9 @@ double DecodeReadBytes(const model::ModelFile& file, const parallel::RankPlan& r
     // Router, attention and shared experts are read whole; of the experts, `active` of n.
     if (active < 0) active = static_cast<double>(hp.n_experts_used);
     const int64_t held = r.shard.n_experts < 0 ? hp.n_experts : r.shard.n_experts;
-    const double n = static_cast<double>(hp.n_experts);
+    // Row parts: each rank holds and reads 1/parts of every expert it computes.
+    const double n = static_cast<double>(hp.n_experts) *
+                     static_cast<double>(std::max<int64_t>(1, r.shard.expert_parts));
     for (const auto& [name, t] : file.tensors) {
       if (name.find("_exps.") == std::string::npos) continue;
       const int64_t layer = parallel::TensorLayer(name);
@@ -109,7 +111,8 @@ class SpinBarrier {
 
 // `tp` is the group size: tensor-parallel ranks, or for a mixture of experts expert-parallel ones
 // (TP of its experts is not built).
-Prediction Predict(const model::ModelFile& file, const CostInputs& in, int tp, int pp) {
+Prediction PredictSplit(const model::ModelFile& file, const CostInputs& in, int tp, int pp,
+                        bool whole_experts) {
   const model::HParams& hp = file.hparams;
   Prediction p;
   (hp.is_moe() ? p.ep : p.tp) = tp;
@@ -117,6 +120,7 @@ Prediction Predict(const model::ModelFile& file, const CostInputs& in, int tp, i
   parallel::PlanRequest req;
   req.tp = p.tp;
   req.ep = p.ep;
+  req.ep_whole_experts = whole_experts;
   req.pp = pp;
   req.context = in.context;
   if (static_cast<int>(in.rank_memory.size()) >= tp * pp) {
@@ -151,26 +155,40 @@ Prediction Predict(const model::ModelFile& file, const CostInputs& in, int tp, i
     double read = 0, elems = 0;
     std::vector<int64_t> groups;  // experts per rank of the stage
     for (int t = 0; t < tp; ++t) groups.push_back(p.plan.rank(s * tp + t).shard.n_experts);
-    const double active = p.plan.ep ? ExpectedBusiestExperts(groups, hp.n_experts_used) : -1.0;
+    const model::ShardSpec& first = p.plan.rank(s * tp).shard;
+    // Row parts (the default): every rank computes its rows of all k experts, evenly; whole
+    // experts: the busiest rank's share of the k.
+    const bool parted = first.expert_parts > 1;
+    const double k = static_cast<double>(hp.n_experts_used);
+    const double active = !p.plan.ep ? -1.0 : parted ? k : ExpectedBusiestExperts(groups, hp.n_experts_used);
     for (int t = 0; t < tp; ++t) {
       const parallel::RankPlan& r = p.plan.rank(s * tp + t);
       read = std::max(read, DecodeReadBytes(file, r, active));
       // Prompts: a chunk's tokens spread over the experts, each rank computes its share.
-      elems = std::max(elems, DecodeReadBytes(file, r, static_cast<double>(hp.n_experts_used) /
-                                                           tp) *
-                                  elems_per_byte);
+      elems = std::max(elems, DecodeReadBytes(file, r, parted ? k : k / tp) * elems_per_byte);
     }
+    // Row parts gather each layer's expert activations (k rows of expert_ffn_dim a token).
+    int64_t moe_layers = 0;
+    for (int64_t l = first.layer_begin; l < first.layer_end; ++l) moe_layers += hp.is_moe_layer(l);
+    const double gathered = parted ? k * static_cast<double>(hp.expert_ffn_dim) * 4 : 0.0;
     decode_compute += read / (tp > 1 ? shared : alone);
     // One-shot all-reduce: each rank sends its vector to the tp - 1 others.
     const double tp_link = tp > 1 ? 2.0 * static_cast<double>(layers) *
                                         Transfer(in.link, static_cast<double>(tp - 1) * hidden)
                                   : 0.0;
-    decode_link += tp_link + (s == 0 && tp > 1 ? Transfer(in.link, 256) : 0.0);
+    const double gather_link =
+        parted ? static_cast<double>(moe_layers) *
+                     Transfer(in.link, static_cast<double>(tp - 1) * gathered)
+               : 0.0;
+    decode_link += tp_link + gather_link + (s == 0 && tp > 1 ? Transfer(in.link, 256) : 0.0);
     // Prompt: one chunk through this stage.
     const double c = static_cast<double>(chunk);
     const double stage = 2.0 * c * elems / in.rank.prompt_flops +
                          (tp > 1 ? 2.0 * static_cast<double>(layers) *
                                        Transfer(in.link, static_cast<double>(tp - 1) * c * hidden)
+                                 : 0.0) +
+                         (parted ? static_cast<double>(moe_layers) *
+                                       Transfer(in.link, static_cast<double>(tp - 1) * c * gathered)
                                  : 0.0) +
                          (s + 1 < pp ? Transfer(in.link, c * hidden) : 0.0);
     prompt_first += stage;
@@ -188,6 +206,17 @@ Prediction Predict(const model::ModelFile& file, const CostInputs& in, int tp, i
       prompt_first + static_cast<double>(chunks - 1) * prompt_slowest + logits_back;
   p.prompt_tokens_per_s = static_cast<double>(in.prompt_tokens) / prompt_s;
   return p;
+}
+
+// Expert parallelism splits the experts by rows (even work, one more all-reduce a layer: what
+// `--ep` runs) or by whole experts (no extra all-reduce, the busiest rank computes more): the
+// faster prediction of the two, its plan saying which (ShardSpec::expert_parts).
+Prediction Predict(const model::ModelFile& file, const CostInputs& in, int tp, int pp) {
+  Prediction rows = PredictSplit(file, in, tp, pp, false);
+  if (!file.hparams.is_moe() || tp == 1) return rows;
+  Prediction whole = PredictSplit(file, in, tp, pp, true);
+  if (!rows.feasible) return whole;
+  return whole.feasible && whole.decode_tokens_per_s > rows.decode_tokens_per_s ? whole : rows;
 }
 
 }  // namespace

@@ -19,10 +19,18 @@ StatusOr<LoadedModel> LoadModel(const LoadOptions& options) {
   LOOM_ASSIGN_OR_RETURN(model::TransformerWeights weights,
                         model::BindWeights(*m.file, options.shard));
   m.weights = std::make_unique<model::TransformerWeights>(std::move(weights));
-  m.weights_copied =
-      options.weights == WeightPlacement::kCopied ||
-      (options.weights == WeightPlacement::kAuto && model::CopyFitsInMemory(*m.weights));
-  if (m.weights_copied) LOOM_RETURN_IF_ERROR(model::CopyMatricesToMemory(m.weights.get()));
+  // A mixture's experts are copied too when all of it fits; otherwise they stay mapped (a token
+  // reads only its experts' pages, so experts larger than memory still run from the page cache)
+  // and the rest is copied when that fits.
+  const bool all_fit =
+      options.weights != WeightPlacement::kMapped && model::CopyFitsInMemory(*m.weights);
+  m.weights_copied = options.weights == WeightPlacement::kCopied ||
+                     (options.weights == WeightPlacement::kAuto &&
+                      (all_fit || model::CopyFitsInMemory(*m.weights, 1, /*experts=*/false)));
+  m.experts_copied = m.weights_copied && all_fit && m.file->hparams.is_moe();
+  if (m.weights_copied) {
+    LOOM_RETURN_IF_ERROR(model::CopyMatricesToMemory(m.weights.get(), all_fit));
+  }
   m.pool = std::make_unique<base::ThreadPool>(options.threads);
   model::TransformerOptions t;
   t.context = options.context;

@@ -23,6 +23,8 @@ enum class WeightPlacement {
   kCopied,  // copied into memory backed by huge pages (model/weight_copy.h): faster decoding; the
             // shard's weights are read whole at load and their memory cannot be reclaimed
 };
+// A mixture of experts' routed experts are copied (kAuto, kCopied) only when the whole shard's
+// copy takes under half of the memory available; otherwise they stay mapped.
 
 struct LoadOptions {
   std::string model_path;
@@ -44,6 +46,7 @@ struct LoadedModel {
   std::unique_ptr<model::Transformer> transformer;
   double load_seconds = 0;
   bool weights_copied = false;  // the placement chosen (kAuto decides at load)
+  bool experts_copied = false;  // a mixture's routed experts copied with the rest
 };
 
 StatusOr<LoadedModel> LoadModel(const LoadOptions& options);

@@ -174,6 +174,17 @@ Status BindSharedExperts(const ModelFile& file, const std::string& p, Transforme
                     &L.shexp_gate, &L.shexp_up, &L.shexp_down);
 }
 
+ExpertRows ExpertRowsOf(const HParams& hp, const LocalDims& d) {
+  const int64_t p = d.expert_part, parts = d.expert_parts;
+  const int64_t f = hp.expert_ffn_dim;
+  ExpertRows r;
+  r.ffn_begin = p * f / parts;
+  r.ffn = (p + 1) * f / parts - r.ffn_begin;
+  r.dim_begin = p * hp.dim / parts;
+  r.dim = (p + 1) * hp.dim / parts - r.dim_begin;
+  return r;
+}
+
 namespace {
 
 // Experts stored one tensor each (Hugging Face files; early llama.cpp Mixtral files):
@@ -194,6 +205,9 @@ Status BindExpertTensors(const ModelFile& file, const std::string& p, const Tran
     LOOM_ASSIGN_OR_RETURN(x.gate, BindMatrix(file, p + "ffn_gate" + e, f, hp.dim));
     LOOM_ASSIGN_OR_RETURN(x.up, BindMatrix(file, p + "ffn_up" + e, f, hp.dim));
     LOOM_ASSIGN_OR_RETURN(x.down, BindMatrix(file, p + "ffn_down" + e, hp.dim, f));
+    const ExpertRows r = ExpertRowsOf(hp, d);
+    x = {x.gate.RowRange(r.ffn_begin, r.ffn), x.up.RowRange(r.ffn_begin, r.ffn),
+         x.down.RowRange(r.dim_begin, r.dim)};
   }
   return OkStatus();
 }
@@ -222,9 +236,11 @@ Status BindExperts(const ModelFile& file, TransformerWeights* w) {
     LOOM_ASSIGN_OR_RETURN(const TensorInfo* down,
                           file.Find(p + "ffn_down_exps.weight", {e, hp.dim, f}));
     const kernels::MatrixView g = gate->matrix(), u = up->matrix(), dn = down->matrix();
+    const ExpertRows r = ExpertRowsOf(hp, d);
     for (int64_t i = d.expert_begin; i < d.expert_begin + d.n_experts; ++i) {
-      L.experts[static_cast<size_t>(i)] = {g.RowRange(i * f, f), u.RowRange(i * f, f),
-                                           dn.RowRange(i * hp.dim, hp.dim)};
+      L.experts[static_cast<size_t>(i)] = {g.RowRange(i * f + r.ffn_begin, r.ffn),
+                                           u.RowRange(i * f + r.ffn_begin, r.ffn),
+                                           dn.RowRange(i * hp.dim + r.dim_begin, r.dim)};
     }
   }
   return OkStatus();

@@ -136,12 +136,22 @@ void MoeScratch::Allocate(const HParams& hp, int64_t max_batch) {
   }
 }
 
-void MoeForward(const HParams& hp, const LayerWeights& L, const float* x, int64_t n, float* y,
-                MoeScratch& s, kernels::Workspace& ws, base::ThreadPool& pool) {
+Status MoeForward(const HParams& hp, const LayerWeights& L, const float* x, int64_t n, float* y,
+                  MoeScratch& s, kernels::Workspace& ws, base::ThreadPool& pool,
+                  const ExpertRows* rows, Collective* collective) {
   const int64_t dim = hp.dim;
   const int64_t n_exp = hp.n_experts;
   const int64_t kk = hp.n_experts_used;
-  const int64_t ffn = hp.expert_ffn_dim;
+  const int64_t ffn_all = hp.expert_ffn_dim;
+  // This rank's rows of every expert: gate and up [ffn_begin, +ffn), down [dim_begin, +dim_part).
+  const bool parted = rows != nullptr && (rows->ffn != ffn_all || rows->dim != dim);
+  const int64_t ffn = parted ? rows->ffn : ffn_all;
+  const int64_t ffn_begin = parted ? rows->ffn_begin : 0;
+  const int64_t dim_part = parted ? rows->dim : dim;
+  const int64_t dim_begin = parted ? rows->dim_begin : 0;
+  if (parted && collective == nullptr) {
+    return FailedPreconditionError("moe: experts split into row parts need the group's collective");
+  }
 
   // The shared experts first: y may be x.
   const bool shared = L.shexp_gate.data != nullptr;
@@ -200,10 +210,10 @@ void MoeForward(const HParams& hp, const LayerWeights& L, const float* x, int64_
   s.x_rows.clear();
   s.n_list.clear();
   s.y_list.clear();
-  auto add = [&](const k::MatrixView& w, int64_t x_row, int64_t rows, float* out) {
+  auto add = [&](const k::MatrixView& w, int64_t x_row, int64_t count, float* out) {
     s.w_list.push_back(w);
     s.x_rows.push_back(x_row);
-    s.n_list.push_back(rows);
+    s.n_list.push_back(count);
     s.y_list.push_back(out);
   };
   auto group = [&](int32_t e) {
@@ -211,9 +221,9 @@ void MoeForward(const HParams& hp, const LayerWeights& L, const float* x, int64_
   };
   for (int pass = 0; pass < 2; ++pass) {  // gates, then ups
     for (size_t i = 0; i < h; ++i) {
-      const auto [r0, rows] = group(s.held[i]);
+      const auto [r0, count] = group(s.held[i]);
       const LayerWeights::Expert& ex = L.experts[static_cast<size_t>(s.held[i])];
-      add(pass == 0 ? ex.gate : ex.up, n > 1 ? r0 : 0, rows,
+      add(pass == 0 ? ex.gate : ex.up, n > 1 ? r0 : 0, count,
           (pass == 0 ? s.gate.data() : s.up.data()) + r0 * ffn);
     }
   }
@@ -223,32 +233,51 @@ void MoeForward(const HParams& hp, const LayerWeights& L, const float* x, int64_
   s.n_list.clear();
   s.y_list.clear();
   for (size_t i = 0; i < h; ++i) {
-    const auto [r0, rows] = group(s.held[i]);
+    const auto [r0, count] = group(s.held[i]);
     float* ge = s.gate.data() + r0 * ffn;
-    k::SwiGlu(ge, s.up.data() + r0 * ffn, rows * ffn, ge);
-    add(L.experts[static_cast<size_t>(s.held[i])].down, r0, rows, s.yg.data() + r0 * dim);
+    k::SwiGlu(ge, s.up.data() + r0 * ffn, count * ffn, ge);
+    add(L.experts[static_cast<size_t>(s.held[i])].down, r0, count, s.yg.data() + r0 * dim_part);
   }
-  k::MatMulGrouped(s.w_list, s.gate.data(), n * kk, s.x_rows, s.n_list, s.y_list, ws, pool);
+  const float* act = s.gate.data();  // (n * kk, ffn_all) the down products' input
+  if (parted) {
+    // Gather the whole activations: this rank's columns of each row, zeros elsewhere, summed over
+    // the group (x + 0 is x: exact).  Every rank holds every expert, so the rows are the same.
+    const int64_t m_rows = n * kk;
+    std::fill_n(s.up.data(), m_rows * ffn_all, 0.0f);
+    for (int64_t r = 0; r < m_rows; ++r) {
+      std::copy_n(s.gate.data() + r * ffn, ffn, s.up.data() + r * ffn_all + ffn_begin);
+    }
+    LOOM_RETURN_IF_ERROR(collective->AllReduceSum(s.up.data(), m_rows * ffn_all));
+    act = s.up.data();
+  }
+  k::MatMulGrouped(s.w_list, act, n * kk, s.x_rows, s.n_list, s.y_list, ws, pool);
 
   // Weighted sum in each token's choice order (as llama.cpp adds its weighted experts), over the
   // experts this rank holds (all of them but under expert parallelism).
+  // By row parts, this rank's rows [dim_begin, +dim_part) of y, zeros elsewhere.
   for (int64_t i = 0; i < n; ++i) {
-    float* out = y + i * dim;
+    float* row = y + i * dim;
+    float* out = row + dim_begin;
     bool first = true;
     for (int64_t j = 0; j < kk; ++j) {
       if (L.experts[static_cast<size_t>(s.chosen[i * kk + j])].gate.data == nullptr) continue;
       const float w = s.weight[i * kk + j];
-      const float* ye = s.yg.data() + s.row_of[i * kk + j] * dim;
+      const float* ye = s.yg.data() + s.row_of[i * kk + j] * dim_part;
       if (first) {
-        for (int64_t d = 0; d < dim; ++d) out[d] = w * ye[d];
+        for (int64_t d = 0; d < dim_part; ++d) out[d] = w * ye[d];
       } else {
-        for (int64_t d = 0; d < dim; ++d) out[d] += w * ye[d];
+        for (int64_t d = 0; d < dim_part; ++d) out[d] += w * ye[d];
       }
       first = false;
     }
-    if (first) std::fill_n(out, dim, 0.0f);
+    if (first) std::fill_n(out, dim_part, 0.0f);
+    if (parted) {
+      std::fill(row, out, 0.0f);
+      std::fill(out + dim_part, row + dim, 0.0f);
+    }
   }
   if (shared) k::Add(s.sh_out.data(), n * dim, y);
+  return OkStatus();
 }
 
 }  // namespace loom::model

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "loom/base/aligned_buffer.h"
+#include "loom/base/status.h"
 #include "loom/base/thread_pool.h"
 #include "loom/kernels/matmul.h"
 #include "loom/model/model_file.h"
@@ -24,6 +25,8 @@
 namespace loom::model {
 
 struct LayerWeights;  // transformer.h
+struct ExpertRows;    // transformer.h
+class Collective;     // transformer.h
 
 // How a token's experts are chosen and weighted, as llama.cpp's build_moe_ffn does:
 //   p = softmax(logits) or sigmoid(logits)           (n_experts)
@@ -71,7 +74,7 @@ struct MoeScratch {
   std::vector<int64_t> row_of;        // (max_batch, k) grouped row of token i's j-th choice
   base::AlignedBuffer<float> xg;      // (m, dim) the inputs, grouped by expert
   base::AlignedBuffer<float> gate;    // (m, expert_ffn_dim) gate, then silu(gate) * up
-  base::AlignedBuffer<float> up;      // (m, expert_ffn_dim)
+  base::AlignedBuffer<float> up;      // (m, expert_ffn_dim); by row parts, the gathered gate
   base::AlignedBuffer<float> yg;      // (m, dim) each expert's output, grouped
   // The grouped products of one pass (kernels::MatMulGrouped), at most 2 * n_experts.
   std::vector<int32_t> held;                 // experts with tokens that this process holds
@@ -88,7 +91,16 @@ struct MoeScratch {
 // experts' output when it has them (times sigmoid(L.shexp_gate_inp . x) when the layer has that
 // gate, as Qwen2-MoE); n <= the scratch's max_batch.  y may be x (x is read only
 // before y is written).
-void MoeForward(const HParams& hp, const LayerWeights& L, const float* x, int64_t n, float* y,
-                MoeScratch& s, kernels::Workspace& ws, base::ThreadPool& pool);
+//
+// `rows` null, or whole: L holds its experts whole.  Otherwise L's experts are those rows of every
+// expert (expert parallelism by row parts, ShardSpec::expert_parts): this rank computes its rows
+// of each chosen expert's silu(gate x) * up x, the group's ranks gather the whole activations with
+// one all-reduce through `collective` (each rank's rows, zeros elsewhere: the sum is exact), and
+// the rank computes its rows of the down products and of y, zeros elsewhere; the all-reduce after
+// the block (the caller's) completes y.  Every value is computed whole by one rank, so y is one
+// process's bit for bit.
+Status MoeForward(const HParams& hp, const LayerWeights& L, const float* x, int64_t n, float* y,
+                  MoeScratch& s, kernels::Workspace& ws, base::ThreadPool& pool,
+                  const ExpertRows* rows = nullptr, Collective* collective = nullptr);
 
 }  // namespace loom::model

@@ -10,11 +10,13 @@
 #include <cstring>
 #include <numeric>
 #include <string_view>
+#include <thread>
 
 #include "loom/kernels/quantize.h"
 #include "loom/kernels/reference.h"
 #include "loom/model/model_test_util.h"
 #include "loom/model/synth.h"
+#include "loom/model/thread_collective_test_util.h"
 #include "loom/model/transformer.h"
 #include "loom/model/weight_copy.h"
 
@@ -217,7 +219,7 @@ TEST_P(MoeBlockTest, MatchesNaiveReferenceOnRaggedRoutings) {
       MoeScratch s;
       s.Allocate(t.hp, 16);
       std::vector<float> y = x;  // in place, as the transformer calls it
-      MoeForward(t.hp, t.L, y.data(), c.n, y.data(), s, ws, pool);
+      ASSERT_TRUE(MoeForward(t.hp, t.L, y.data(), c.n, y.data(), s, ws, pool).ok());
       double scale = 0;
       for (float v : want) scale = std::max(scale, static_cast<double>(std::abs(v)));
       ASSERT_GT(scale, 0.0);
@@ -269,7 +271,7 @@ TEST_P(MoeBlockTest, ManyExpertsAndExpertsNotHeldMatchTheReference) {
         MoeScratch s;
         s.Allocate(t.hp, 16);
         std::vector<float> y = x;
-        MoeForward(t.hp, t.L, y.data(), n, y.data(), s, ws, pool);
+        ASSERT_TRUE(MoeForward(t.hp, t.L, y.data(), n, y.data(), s, ws, pool).ok());
         for (size_t i = 0; i < y.size(); ++i) {
           ASSERT_NEAR(y[i], want[i], 1e-4 * scale) << "element " << i << ", threads " << threads;
         }
@@ -278,6 +280,76 @@ TEST_P(MoeBlockTest, ManyExpertsAndExpertsNotHeldMatchTheReference) {
       }
     }
   }
+}
+
+// Expert parallelism by row parts: each of P ranks holds rows of every expert (gate and up of
+// expert_ffn_dim, down of dim, ragged when P does not divide them), gathers the activations with
+// one all-reduce, and outputs its rows of y; summed over the ranks (the transformer's all-reduce
+// after the block) that is one process's output bit for bit.
+TEST_P(MoeBlockTest, RowPartsSummedOverRanksEqualOneProcessBitForBit) {
+  const k::DType type = GetParam();
+  const bool kquant = k::Traits(type).block_elems == 256;
+  const int64_t dim = kquant ? 256 : 64, f = kquant ? 512 : 96, n_experts = 6, used = 2;
+  for (int64_t n : {1, 7, 13}) {
+    TestLayer t(type, dim, f, n_experts, used, {0, 0, 0, 0, 0, 0});
+    const std::vector<float> x = Inputs(n, dim);
+    base::ThreadPool one_pool(2);
+    k::Workspace one_ws;
+    MoeScratch one_s;
+    one_s.Allocate(t.hp, 16);
+    std::vector<float> want = x;
+    ASSERT_TRUE(MoeForward(t.hp, t.L, want.data(), n, want.data(), one_s, one_ws, one_pool).ok());
+    for (int parts : {2, 3}) {
+      SCOPED_TRACE(::testing::Message() << n << " tokens, " << parts << " parts");
+      testing::ThreadCollective group(parts);
+      std::vector<std::vector<float>> got(static_cast<size_t>(parts), x);
+      std::vector<Status> status(static_cast<size_t>(parts));
+      std::vector<std::thread> ranks;
+      for (int p = 0; p < parts; ++p) {
+        ranks.emplace_back([&, p] {
+          LocalDims d;
+          d.n_experts = n_experts;
+          d.expert_part = p;
+          d.expert_parts = parts;
+          const ExpertRows r = ExpertRowsOf(t.hp, d);
+          LayerWeights L;
+          L.router = t.L.router;
+          for (const LayerWeights::Expert& e : t.L.experts) {
+            L.experts.push_back({e.gate.RowRange(r.ffn_begin, r.ffn),
+                                 e.up.RowRange(r.ffn_begin, r.ffn),
+                                 e.down.RowRange(r.dim_begin, r.dim)});
+          }
+          base::ThreadPool pool(p == 0 ? 2 : 1);
+          k::Workspace ws;
+          MoeScratch s;
+          s.Allocate(t.hp, 16);
+          testing::ThreadCollective::Rank rank(&group, p);
+          std::vector<float>& y = got[static_cast<size_t>(p)];
+          Status st = MoeForward(t.hp, L, y.data(), n, y.data(), s, ws, pool, &r, &rank);
+          // The caller's all-reduce after the block (every rank joins it, failed or not).
+          const Status sum = rank.AllReduceSum(y.data(), n * dim);
+          status[static_cast<size_t>(p)] = st.ok() ? sum : st;
+        });
+      }
+      for (std::thread& r : ranks) r.join();
+      for (int p = 0; p < parts; ++p) {
+        ASSERT_TRUE(status[static_cast<size_t>(p)].ok()) << status[static_cast<size_t>(p)].message();
+        EXPECT_EQ(got[static_cast<size_t>(p)], want) << "rank " << p;
+      }
+    }
+  }
+  // Row parts without a collective: an error, not a crash.
+  TestLayer t(type, dim, f, n_experts, used, {0, 0, 0, 0, 0, 0});
+  LocalDims d;
+  d.n_experts = n_experts;
+  d.expert_parts = 2;
+  const ExpertRows r = ExpertRowsOf(t.hp, d);
+  base::ThreadPool pool(1);
+  k::Workspace ws;
+  MoeScratch s;
+  s.Allocate(t.hp, 16);
+  std::vector<float> y = Inputs(1, dim);
+  EXPECT_FALSE(MoeForward(t.hp, t.L, y.data(), 1, y.data(), s, ws, pool, &r, nullptr).ok());
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, MoeBlockTest,
@@ -334,7 +406,7 @@ TEST(MoeBlockTest, DeepseekRoutingAndSharedExpertMatchTheReference) {
         MoeScratch s;
         s.Allocate(t.hp, 16);
         std::vector<float> y = x;
-        MoeForward(t.hp, t.L, y.data(), c.n, y.data(), s, ws, pool);
+        ASSERT_TRUE(MoeForward(t.hp, t.L, y.data(), c.n, y.data(), s, ws, pool).ok());
         double scale = 0;
         for (float v : want) scale = std::max(scale, static_cast<double>(std::abs(v)));
         ASSERT_GT(scale, 0.0);
@@ -501,20 +573,35 @@ INSTANTIATE_TEST_SUITE_P(Archs, MoeModelTest,
                                   std::string(k::Traits(info.param.second).name);
                          });
 
-TEST(MoeModelTest, CopiedWeightsKeepTheExpertsMappedAndGiveTheSameLogits) {
+// Copying with the experts moves them into the huge-page buffer too; without, they stay the
+// file's.  Either way the logits are the mapped weights' bit for bit.
+TEST(MoeModelTest, CopiedWeightsWithOrWithoutTheExpertsGiveTheSameLogits) {
   const SynthModel m = MakeSynth(SynthArch::kQwen3Moe, k::DType::kQ8_0);
   ASSERT_NE(m.file, nullptr);
   auto mapped = BindWeights(*m.file);
-  auto copied = BindWeights(*m.file);
-  ASSERT_TRUE(mapped.ok() && copied.ok());
-  ASSERT_TRUE(CopyMatricesToMemory(&*copied).ok());
-  const LayerWeights& L = copied->layers[0];
-  EXPECT_EQ(L.experts[0].gate.data, mapped->layers[0].experts[0].gate.data);  // still the file's
-  EXPECT_NE(L.router.data, mapped->layers[0].router.data);      // copied
+  auto dense = BindWeights(*m.file);
+  auto all = BindWeights(*m.file);
+  ASSERT_TRUE(mapped.ok() && dense.ok() && all.ok());
+  ASSERT_TRUE(CopyMatricesToMemory(&*dense, /*experts=*/false).ok());
+  ASSERT_TRUE(CopyMatricesToMemory(&*all).ok());
+  EXPECT_LT(CopiedMatrixBytes(*mapped, false), CopiedMatrixBytes(*mapped));
+  const LayerWeights& D = dense->layers[0];
+  EXPECT_EQ(D.experts[0].gate.data, mapped->layers[0].experts[0].gate.data);  // still the file's
+  EXPECT_NE(D.router.data, mapped->layers[0].router.data);                    // copied
+  ASSERT_EQ(all->owned_bytes.size(), 1u);
+  const std::byte* begin = all->owned_bytes[0].data();
+  const std::byte* end = begin + all->owned_bytes[0].size();
+  for (const LayerWeights& L : all->layers) {
+    for (const LayerWeights::Expert& e : L.experts) {
+      for (const k::MatrixView* v : {&e.gate, &e.up, &e.down}) {
+        EXPECT_TRUE(v->data >= begin && v->data < end);
+      }
+    }
+  }
   const int32_t tok = 300, pos = 0, slot = 0, row = 0;
   const Batch b{{&tok, 1}, {&pos, 1}, {&slot, 1}, {&row, 1}};
   std::vector<std::vector<float>> logits;
-  for (const TransformerWeights* w : {&*mapped, &*copied}) {
+  for (const TransformerWeights* w : {&*mapped, &*dense, &*all}) {
     base::ThreadPool pool(1);
     auto t = Transformer::Create(*w, {}, pool);
     ASSERT_TRUE(t.ok());
@@ -522,6 +609,7 @@ TEST(MoeModelTest, CopiedWeightsKeepTheExpertsMappedAndGiveTheSameLogits) {
     ASSERT_TRUE((*t)->Forward(b, logits.back().data()).ok());
   }
   EXPECT_EQ(logits[0], logits[1]);
+  EXPECT_EQ(logits[0], logits[2]);
 }
 
 TEST(MoeModelTest, ActiveParametersCountTheUsedShareOfTheExperts) {
@@ -697,7 +785,7 @@ TEST(MoeBlockTest, Qwen2MoeGatedSharedExpertMatchesTheReference) {
         MoeScratch s;
         s.Allocate(t.hp, 16);
         std::vector<float> y = x;  // in place, as the transformer calls it
-        MoeForward(t.hp, t.L, y.data(), n, y.data(), s, ws, pool);
+        ASSERT_TRUE(MoeForward(t.hp, t.L, y.data(), n, y.data(), s, ws, pool).ok());
         for (size_t i = 0; i < y.size(); ++i) {
           ASSERT_NEAR(y[i], want[i], 1e-4 * scale) << "element " << i << ", threads " << threads;
         }

@@ -53,6 +53,16 @@ StatusOr<LocalDims> ResolveShard(const ModelFile& file, const ShardSpec& s) {
                                 d.expert_begin + d.n_experts, ") outside the model's ",
                                 hp.n_experts);
   }
+  d.expert_part = s.expert_part;
+  d.expert_parts = s.expert_parts;
+  if (hp.is_moe() && (d.expert_parts < 1 || d.expert_part < 0 || d.expert_part >= d.expert_parts ||
+                      d.expert_parts > std::min(hp.expert_ffn_dim, hp.dim) ||
+                      (d.expert_parts > 1 && d.n_experts != hp.n_experts))) {
+    return InvalidArgumentError(file.path, ": shard expert row part ", d.expert_part, " of ",
+                                d.expert_parts, " (of ", d.n_experts, " experts held) invalid: ",
+                                "parts split every expert of ", hp.expert_ffn_dim, " and ", hp.dim,
+                                " rows, all ", hp.n_experts, " experts held");
+  }
   const int64_t shared = hp.n_shared_experts > 0 ? hp.shared_ffn() : 0;
   d.shared_begin = s.shared_begin;
   d.shared_dim = shared == 0 ? 0 : s.shared_dim < 0 ? shared - s.shared_begin : s.shared_dim;
@@ -64,7 +74,7 @@ StatusOr<LocalDims> ResolveShard(const ModelFile& file, const ShardSpec& s) {
   // A mixture of experts splits its heads and columns only together with its experts and the
   // other way round (expert parallelism, parallel/plan.h): the ranks' outputs are summed.
   const bool sliced = d.n_heads != hp.n_heads || d.ffn_dim != hp.ffn_dim || d.shared_dim != shared;
-  if (hp.is_moe() && sliced != (d.n_experts != hp.n_experts)) {
+  if (hp.is_moe() && sliced != (d.n_experts != hp.n_experts || d.expert_parts > 1)) {
     return UnimplementedError(file.path,
                               ": tensor parallelism of mixture-of-experts layers is not supported "
                               "yet; use --pp, or --ep to split the experts across the ranks");
@@ -200,6 +210,7 @@ Status Transformer::Layers(const Batch& batch) {
   const int64_t hd = hp.head_dim;  // cos_sin_'s stride (latent attention uses rope_dim of it)
   const int64_t ffn = d.ffn_dim;
   for (int64_t i = 0; i < n; ++i) rope_.CosSin(batch.positions[i], cos_sin_.data() + i * hd);
+  const ExpertRows expert_rows = ExpertRowsOf(hp, d);
 
   for (int64_t l = 0; l < d.n_layers(); ++l) {
     const LayerWeights& L = w_.layers[static_cast<size_t>(l)];
@@ -223,7 +234,8 @@ Status Transformer::Layers(const Batch& batch) {
       k::RmsNorm(x_.data() + i * dim, L.ffn_norm, dim, hp.rms_eps, xb_.data() + i * dim);
     }
     if (hp.is_moe_layer(d.layer_begin + l)) {
-      MoeForward(hp, L, xb_.data(), n, xb_.data(), moe_, ws_, pool_);
+      LOOM_RETURN_IF_ERROR(
+          MoeForward(hp, L, xb_.data(), n, xb_.data(), moe_, ws_, pool_, &expert_rows, collective_));
     } else {
       if (L.w_gate.type == L.w_up.type) {
         const k::MatrixView ws[] = {L.w_gate, L.w_up};

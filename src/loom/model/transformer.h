@@ -40,6 +40,11 @@ struct ShardSpec {
   int64_t ffn_dim = -1;      // -1: all feed-forward columns
   int64_t expert_begin = 0;  // mixture of experts: the routed experts held (expert parallelism)
   int64_t n_experts = -1;    // -1: all of them
+  // Or every expert, each split into expert_parts row parts of which this shard holds part
+  // expert_part: rows [p * f / P, (p + 1) * f / P) of its gate and up (f = expert_ffn_dim) and
+  // rows [p * dim / P, (p + 1) * dim / P) of its down (moe.h: one all-reduce between them).
+  int64_t expert_part = 0;
+  int64_t expert_parts = 1;
   int64_t shared_begin = 0;  // and the shared experts' columns held (of hp.shared_ffn())
   int64_t shared_dim = -1;   // -1: all of them
   bool embed = true;         // holds the token embedding (first stage)
@@ -61,6 +66,8 @@ struct LocalDims {
   int64_t ffn_dim = 0;        // feed-forward columns held
   int64_t expert_begin = 0;   // first routed expert held (mixture of experts)
   int64_t n_experts = 0;      // routed experts held
+  int64_t expert_part = 0;    // the row part of each held expert (ShardSpec)
+  int64_t expert_parts = 1;
   int64_t shared_begin = 0;   // first shared-expert column held
   int64_t shared_dim = 0;     // shared-expert columns held (0: the model has none)
   bool embed = true;
@@ -71,6 +78,14 @@ struct LocalDims {
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
   int64_t n_layers() const { return layer_end - layer_begin; }
 };
+
+// The rows of every routed expert a shard holds (LocalDims::expert_part of expert_parts): its gate
+// and up rows [ffn_begin, +ffn) of expert_ffn_dim, its down rows [dim_begin, +dim) of dim.
+struct ExpertRows {
+  int64_t ffn_begin = 0, ffn = 0;
+  int64_t dim_begin = 0, dim = 0;
+};
+ExpertRows ExpertRowsOf(const HParams& hp, const LocalDims& d);
 
 struct LayerWeights {
   const float* attn_norm = nullptr;  // (dim)

@@ -14,17 +14,23 @@ constexpr int64_t kAlign = 64;
 
 int64_t AlignUp(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
-// The matrices CopyMatricesToMemory moves (W: TransformerWeights, const or not).
+// The matrices CopyMatricesToMemory moves (W: TransformerWeights, const or not): with `experts`,
+// a mixture's routed experts too (each expert's gate, up and down, in expert order).
 template <class W>
-auto Streamed(W& w) {
+auto Streamed(W& w, bool experts) {
   std::vector<decltype(&w.output)> out;
   for (auto& l : w.layers) {
-    // Experts stay mapped: a token reads only its experts' pages, and a model whose experts do not
-    // fit in memory still runs.  Empty views (a mixture's dense matrices) are skipped.
+    // Empty views (a mixture's dense matrices, experts another rank holds) are skipped.
     for (auto* m :
          {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down, &l.router, &l.wq_a, &l.wq_b,
           &l.wkv_a, &l.wkv_b, &l.wk_b, &l.wv_b, &l.shexp_gate, &l.shexp_up, &l.shexp_down}) {
       if (m->data != nullptr) out.push_back(m);
+    }
+    if (!experts) continue;
+    for (auto& e : l.experts) {
+      for (auto* m : {&e.gate, &e.up, &e.down}) {
+        if (m->data != nullptr) out.push_back(m);
+      }
     }
   }
   if (w.local.head && w.output.data != nullptr) out.push_back(&w.output);
@@ -76,21 +82,21 @@ void PackMatrix(kernels::MatrixView* m, std::byte* dst) {
   }
 }
 
-int64_t CopiedMatrixBytes(const TransformerWeights& weights) {
+int64_t CopiedMatrixBytes(const TransformerWeights& weights, bool experts) {
   int64_t total = 0;
-  for (const kernels::MatrixView* m : Streamed(weights)) {
+  for (const kernels::MatrixView* m : Streamed(weights, experts)) {
     total += PackedMatrixBytes(*m);
   }
   return total;
 }
 
-bool CopyFitsInMemory(const TransformerWeights& weights, int copies) {
+bool CopyFitsInMemory(const TransformerWeights& weights, int copies, bool experts) {
   const int64_t available = base::ReadMemoryInfo().available_bytes;
-  return available > 0 && CopiedMatrixBytes(weights) * copies < available / 2;
+  return available > 0 && CopiedMatrixBytes(weights, experts) * copies < available / 2;
 }
 
-Status CopyMatricesToMemory(TransformerWeights* weights) {
-  const int64_t total = CopiedMatrixBytes(*weights);
+Status CopyMatricesToMemory(TransformerWeights* weights, bool experts) {
+  const int64_t total = CopiedMatrixBytes(*weights, experts);
   base::AlignedBuffer<std::byte> buffer;
   try {
     buffer = base::AlignedBuffer<std::byte>::WithHugePages(total);
@@ -99,7 +105,7 @@ Status CopyMatricesToMemory(TransformerWeights* weights) {
                                   " bytes to copy the weights into (use the mapped weights)");
   }
   std::byte* at = buffer.data();
-  for (kernels::MatrixView* m : Streamed(*weights)) {
+  for (kernels::MatrixView* m : Streamed(*weights, experts)) {
     const int64_t bytes = PackedMatrixBytes(*m);  // before PackMatrix re-points m
     PackMatrix(m, at);
     at += bytes;

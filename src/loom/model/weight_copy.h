@@ -11,8 +11,12 @@ namespace loom::model {
 // the embedding table, of which a token reads one row) into one buffer backed by huge pages, rows
 // packed back to back, and points the views at it.  Column slices packed earlier (BindCols) are
 // released.  Decoding reads each weight once per token: with 4 KiB pages of a file mapping, a
-// page-table walk every 4 KiB slows that stream (measured ~5% in our VMs).
-Status CopyMatricesToMemory(TransformerWeights* weights);
+// page-table walk every 4 KiB slows that stream (measured ~5% in our VMs on dense models; a
+// mixture's experts, read 8 of 128 at a time in pieces under a megabyte, lose more: see
+// docs/moe.md).  `experts`: a mixture's routed experts are copied too; without, they stay in the
+// file's mapping (a token reads only its experts' pages, so a model whose experts do not fit in
+// memory still runs).
+Status CopyMatricesToMemory(TransformerWeights* weights, bool experts = true);
 
 // Bytes PackMatrix writes for m: its rows back to back, then (MLX) its scales' and biases' rows,
 // each part starting 64-byte aligned.
@@ -21,11 +25,11 @@ int64_t PackedMatrixBytes(const kernels::MatrixView& m);
 // as PackedMatrixBytes describes, and points m at the copy.
 void PackMatrix(kernels::MatrixView* m, std::byte* dst);
 
-// Bytes CopyMatricesToMemory would allocate.
-int64_t CopiedMatrixBytes(const TransformerWeights& weights);
+// Bytes CopyMatricesToMemory(weights, experts) would allocate.
+int64_t CopiedMatrixBytes(const TransformerWeights& weights, bool experts = true);
 
 // Whether copying leaves memory to spare: `copies` such copies made at once take under half of the
 // memory available now (engine::WeightPlacement::kAuto).
-bool CopyFitsInMemory(const TransformerWeights& weights, int copies = 1);
+bool CopyFitsInMemory(const TransformerWeights& weights, int copies = 1, bool experts = true);
 
 }  // namespace loom::model

@@ -51,7 +51,9 @@ int64_t ShardWeightBytes(const model::ModelFile& file, const model::ShardSpec& s
   const double ffn_frac = static_cast<double>(ffn) / static_cast<double>(hp.ffn_dim);
   const int64_t experts = s.n_experts < 0 ? hp.n_experts - s.expert_begin : s.n_experts;
   const double expert_frac =
-      hp.n_experts > 0 ? static_cast<double>(experts) / static_cast<double>(hp.n_experts) : 1.0;
+      hp.n_experts > 0 ? static_cast<double>(experts) / static_cast<double>(hp.n_experts) /
+                             static_cast<double>(std::max<int64_t>(1, s.expert_parts))
+                       : 1.0;
   const int64_t shared_all = hp.shared_ffn();
   const int64_t shared = s.shared_dim < 0 ? shared_all - s.shared_begin : s.shared_dim;
   const double shared_frac =
@@ -99,6 +101,7 @@ int64_t ShardWeightBytes(const model::ModelFile& file, const model::ShardSpec& s
 std::string ParallelPlan::Describe() const {
   std::ostringstream s;
   s << "pp=" << pp << (ep ? " ep=" : " tp=") << tp;
+  if (ep) s << (ranks.empty() || ranks[0].shard.expert_parts > 1 ? " (expert rows)" : " (whole experts)");
   for (int stage = 0; stage < pp; ++stage) {
     const RankPlan& r = ranks[static_cast<size_t>(stage * tp)];
     s << (stage ? "; " : ": ") << "stage " << stage << " layers [" << r.shard.layer_begin << ", "
@@ -137,9 +140,13 @@ StatusOr<ParallelPlan> MakePlan(const model::ModelFile& file, const PlanRequest&
     return InvalidArgumentError("plan: ", ep ? "ep=" : "tp=", group_size, " does not divide the ",
                                 hp.n_heads, " attention heads");
   }
-  if (ep && hp.n_experts < group_size) {
+  if (ep && req.ep_whole_experts && hp.n_experts < group_size) {
     return InvalidArgumentError("plan: ep=", group_size, " ranks but only ", hp.n_experts,
                                 " experts per layer");
+  }
+  if (ep && !req.ep_whole_experts && std::min(hp.expert_ffn_dim, hp.dim) < group_size) {
+    return InvalidArgumentError("plan: ep=", group_size, " ranks but experts of only ",
+                                std::min(hp.expert_ffn_dim, hp.dim), " rows to split");
   }
   const int64_t heads = hp.n_heads / group_size;
   const int64_t out_head = hp.is_mla() ? hp.v_head_dim : hp.head_dim;  // attn_output columns
@@ -239,10 +246,13 @@ StatusOr<ParallelPlan> MakePlan(const model::ModelFile& file, const PlanRequest&
       r.shard.n_heads = heads;
       if (!ffn_cols.empty()) std::tie(r.shard.ffn_begin, r.shard.ffn_dim) = ffn_cols[ti];
       if (!shared_cols.empty()) std::tie(r.shard.shared_begin, r.shard.shared_dim) = shared_cols[ti];
-      if (ep) {
+      if (ep && req.ep_whole_experts) {
         const int64_t per = hp.n_experts / group_size, extra = hp.n_experts % group_size;
         r.shard.expert_begin = t * per + std::min<int64_t>(t, extra);
         r.shard.n_experts = per + (t < extra ? 1 : 0);
+      } else if (ep) {
+        r.shard.expert_part = t;
+        r.shard.expert_parts = group_size;
       }
       r.shard.embed = stage == 0;
       r.shard.head = stage == req.pp - 1;

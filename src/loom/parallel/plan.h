@@ -6,9 +6,13 @@
 // every rank's share must fit in its memory.
 //
 // Expert parallelism (mixtures of experts, `--ep N`): the tensor-parallel group of N ranks splits
-// each layer's attention heads as TP does, and each mixture-of-experts layer's routed experts into
-// N consecutive ranges (every rank routes every token and computes its own experts' share);
-// shared experts and dense layers split by columns.  One all-reduce after each block, as TP.
+// each layer's attention heads as TP does, and each mixture-of-experts layer's routed experts
+// either by rows (the default: every rank holds 1/N of the rows of every expert, so a token's k
+// experts are N even shares of work; one more all-reduce per layer gathers the experts'
+// activations between their gate/up and down products, model/moe.h) or into N consecutive ranges
+// of whole experts (every rank computes the chosen experts it holds: the busiest rank of a token
+// computes more than k / N of them); every rank routes every token; shared experts and dense
+// layers split by columns.  One all-reduce after each block, as TP.
 #pragma once
 
 #include <cstdint>
@@ -45,6 +49,7 @@ struct PlanRequest {
   int tp = 1;
   int pp = 1;
   int ep = 1;  // expert-parallel ranks per stage (mixtures of experts); tp must then be 1
+  bool ep_whole_experts = false;  // ep: ranges of whole experts instead of rows of every expert
   // Explicit layer counts per stage (pp values summing to n_layers); empty = split by weight.
   std::vector<int64_t> stage_layers;
   // Relative capacity of each stage (e.g. its free memory) for the automatic layer split; empty =
