@@ -208,15 +208,11 @@ Prediction PredictSplit(const model::ModelFile& file, const CostInputs& in, int 
   return p;
 }
 
-// Expert parallelism splits the experts by rows (even work, one more all-reduce a layer: what
-// `--ep` runs) or by whole experts (no extra all-reduce, the busiest rank computes more): the
-// faster prediction of the two, its plan saying which (ShardSpec::expert_parts).
+// Expert parallelism as `--ep` runs it: every rank holds rows of every expert (even work, one more
+// all-reduce a layer).  PredictSplit also prices whole experts per rank
+// (PlanRequest::ep_whole_experts), which the runtime does not run, so plans are not picked by it.
 Prediction Predict(const model::ModelFile& file, const CostInputs& in, int tp, int pp) {
-  Prediction rows = PredictSplit(file, in, tp, pp, false);
-  if (!file.hparams.is_moe() || tp == 1) return rows;
-  Prediction whole = PredictSplit(file, in, tp, pp, true);
-  if (!rows.feasible) return whole;
-  return whole.feasible && whole.decode_tokens_per_s > rows.decode_tokens_per_s ? whole : rows;
+  return PredictSplit(file, in, tp, pp, /*whole_experts=*/false);
 }
 
 }  // namespace
