@@ -58,7 +58,8 @@ HWY_INLINE float DotRow(DF df, const float* q, const KvHeadRows& k, int64_t p, i
     a0 = hn::MulAdd(hn::LoadU(df, q + i), LoadRow<T>(df, k, p, i), a0);
     a1 = hn::MulAdd(hn::LoadU(df, q + i + lanes), LoadRow<T>(df, k, p, i + lanes), a1);
   }
-  for (; i + lanes <= vend; i += lanes) a0 = hn::MulAdd(hn::LoadU(df, q + i), LoadRow<T>(df, k, p, i), a0);
+  for (; i + lanes <= vend; i += lanes)
+    a0 = hn::MulAdd(hn::LoadU(df, q + i), LoadRow<T>(df, k, p, i), a0);
   float sum = hn::GetLane(hn::SumOfLanes(df, hn::Add(a0, a1)));
   for (; i < head_dim; ++i) sum += q[i] * RowValue<T>(k, p, i);
   return sum;
@@ -129,10 +130,10 @@ void AttendManyT(const AttendQuery* queries, int64_t n_queries, const KvHeadRows
   // Q8_0 vectors must not straddle two scale blocks; otherwise those rows go scalar.
   const bool vec_ok = T == KvType::kF32 || (keys.block % lanes == 0 && values.block % lanes == 0);
   const int64_t vend = vec_ok ? head_dim / lanes * lanes : 0;
-  float* w = scratch;                             // (kAttendKeyBlock) one query's block weights
-  float* acc = w + kAttendKeyBlock;               // (n_queries, head_dim) unnormalized outputs
-  float* mx = acc + n_queries * head_dim;         // (n_queries) running max of the scores
-  float* sum = mx + n_queries;                    // (n_queries) running sum of exp(score - max)
+  float* w = scratch;                      // (kAttendKeyBlock) one query's block weights
+  float* acc = w + kAttendKeyBlock;        // (n_queries, head_dim) unnormalized outputs
+  float* mx = acc + n_queries * head_dim;  // (n_queries) running max of the scores
+  float* sum = mx + n_queries;             // (n_queries) running sum of exp(score - max)
   int64_t max_len = 0;
   for (int64_t m = 0; m < n_queries; ++m) {
     max_len = std::max(max_len, queries[m].len);

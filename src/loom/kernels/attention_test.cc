@@ -26,7 +26,10 @@ struct Rows {
   std::vector<int8_t> kq, vq;
   std::vector<float> kd, vd;
   Rows(int64_t len, int64_t hd, uint32_t seed)
-      : head_dim(hd), stride(2 * hd), block(KvBlock(hd)), k(RandomVector(len * 2 * hd, seed)),
+      : head_dim(hd),
+        stride(2 * hd),
+        block(KvBlock(hd)),
+        k(RandomVector(len * 2 * hd, seed)),
         v(RandomVector(len * 2 * hd, seed + 1)) {
     kq.resize(k.size());
     vq.resize(v.size());
@@ -65,8 +68,8 @@ struct Queries {
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t g = 0; g < group; ++g) {
         const int64_t m = r * group + g;
-        list.push_back({q.data() + m * hd, std::max<int64_t>(1, len - rows + 1 + r),
-                        out.data() + m * hd});
+        list.push_back(
+            {q.data() + m * hd, std::max<int64_t>(1, len - rows + 1 + r), out.data() + m * hd});
       }
     }
   }
@@ -80,8 +83,7 @@ void Attend(const Queries& qs, const Rows& rows, KvType type, float* out, bool r
   for (size_t m = 0; m < list.size(); ++m) list[m].out = out + static_cast<int64_t>(m) * hd;
   const int64_t n = static_cast<int64_t>(list.size());
   if (reference) {
-    reference::AttendMany(list.data(), n, rows.View(true, type), rows.View(false, type), hd,
-                          scale);
+    reference::AttendMany(list.data(), n, rows.View(true, type), rows.View(false, type), hd, scale);
   } else {
     std::vector<float> scratch(static_cast<size_t>(AttendScratchFloats(n, hd)));
     AttendMany(list.data(), n, rows.View(true, type), rows.View(false, type), hd, scale,
@@ -148,7 +150,8 @@ TEST(AttentionTest, Q8RowsStayCloseToFloatRows) {
     Attend(qs, rows, KvType::kF32, f32.data(), true);
     Attend(qs, rows, KvType::kQ8_0, q8.data(), false);
     double worst = 0;
-    for (size_t i = 0; i < f32.size(); ++i) worst = std::max(worst, double{std::fabs(f32[i] - q8[i])});
+    for (size_t i = 0; i < f32.size(); ++i)
+      worst = std::max(worst, double{std::fabs(f32[i] - q8[i])});
     // 8-bit rows: each value within half a step (absmax / 254) of the float; the outputs move by
     // a small fraction of the values' range (|v| <= 6).
     EXPECT_LT(worst, 0.05) << "head_dim " << hd;
