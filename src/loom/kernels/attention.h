@@ -28,16 +28,25 @@ inline bool KvQ8Supports(int64_t head_dim) {
 // q = round-to-nearest(x / d); a block of zeros has d = 0.
 void QuantizeKvRow(const float* x, int64_t n, int64_t block, int8_t* q, float* d);
 
-// One kv head's cached rows of one sequence.  Value i of position p is f32[p * stride + i] (kF32)
-// or q[p * stride + i] * d[p * d_stride + i / block] (kQ8_0).
+// Positions per online-softmax step and per key tile.  Fixed: it decides the order of the sums, so
+// every query's result is the same whichever queries share a call.
+inline constexpr int64_t kAttendKeyBlock = 64;
+
+// One kv head's cached rows of one sequence.  Row-major: value i of position p is
+// f32[p * stride + i] (kF32) or q[p * stride + i] * d[p * d_stride + i / block] (kQ8_0).
+// Tiled (keys only, `tiled`): positions in tiles of kAttendKeyBlock stored transposed, so that
+// scores are vectors over positions; with t = p / kAttendKeyBlock and j = p % kAttendKeyBlock,
+// value i is f32[t * stride + i * kAttendKeyBlock + j] or q[same] * d[t * d_stride +
+// (i / block) * kAttendKeyBlock + j].
 struct KvHeadRows {
   KvType type = KvType::kF32;
   const float* f32 = nullptr;
   const int8_t* q = nullptr;
   const float* d = nullptr;
-  int64_t stride = 0;    // values between positions
-  int64_t d_stride = 0;  // scales between positions
-  int64_t block = 32;
+  int64_t stride = 0;    // values between positions (tiled: between tiles)
+  int64_t d_stride = 0;  // scales between positions (tiled: between tiles)
+  int64_t block = 32;    // values per scale: 32, or the whole head when it is narrower
+  bool tiled = false;
 };
 
 // One query head of one position: it sees positions [0, len) (len >= 1) and writes out(head_dim).
@@ -47,13 +56,9 @@ struct AttendQuery {
   float* out = nullptr;  // (head_dim); must not alias q or the rows
 };
 
-// Positions per online-softmax step.  Fixed: it decides the order of the sums, so every query's
-// result is the same whichever queries share a call.
-inline constexpr int64_t kAttendKeyBlock = 64;
-
 // Floats of scratch AttendMany needs for n_queries queries.
 inline int64_t AttendScratchFloats(int64_t n_queries, int64_t head_dim) {
-  return kAttendKeyBlock + n_queries * (head_dim + 2);
+  return kAttendKeyBlock * (1 + 2 * head_dim) + n_queries * (head_dim + 2);
 }
 
 // For each query: out = sum_p softmax_p(scale * q . key p) * value p over p in [0, len).  All

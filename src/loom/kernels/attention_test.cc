@@ -1,5 +1,6 @@
 // AttendMany against its scalar reference on ragged shapes (every context length around the key
-// block, head_dim 8/64/128 and odd ones, grouped-query ratios 1/4/8), float and Q8_0 rows; plus the
+// block, head_dim 8/64/128 and odd ones, grouped-query ratios 1/4/8), float and Q8_0 rows, keys as
+// rows and in the cache's transposed tiles; plus the
 // property the model relies on: a query's output has the same bits whichever queries share its
 // call (prompt tiles against token-by-token decoding).
 #include "loom/kernels/attention.h"
@@ -41,14 +42,29 @@ struct Rows {
       QuantizeKvRow(v.data() + p * stride, stride, block, vq.data() + p * stride,
                     vd.data() + p * stride / block);
     }
+    Tile(len);
   }
-  // kv head 1: offsets exercise the head's place in the row and in the scales.
-  KvHeadRows View(bool keys, KvType type) const {
+  // kv head 1: offsets exercise the head's place in the row and in the scales.  Tiled keys: the
+  // KV cache's layout (tiles of kAttendKeyBlock positions, transposed).
+  KvHeadRows View(bool keys, KvType type, bool tiled = false) const {
     KvHeadRows r;
     r.type = type;
+    r.block = block;
+    if (keys && tiled) {
+      constexpr int64_t kB = kAttendKeyBlock;
+      r.tiled = true;
+      r.stride = stride * kB;
+      r.d_stride = stride / block * kB;
+      if (type == KvType::kF32) {
+        r.f32 = kt.data() + head_dim * kB;
+      } else {
+        r.q = ktq.data() + head_dim * kB;
+        r.d = ktd.data() + head_dim / block * kB;
+      }
+      return r;
+    }
     r.stride = stride;
     r.d_stride = stride / block;
-    r.block = block;
     if (type == KvType::kF32) {
       r.f32 = (keys ? k : v).data() + head_dim;
     } else {
@@ -56,6 +72,27 @@ struct Rows {
       r.d = (keys ? kd : vd).data() + head_dim / block;
     }
     return r;
+  }
+  std::vector<float> kt, ktd;  // tiled keys and their scales
+  std::vector<int8_t> ktq;
+  void Tile(int64_t len) {
+    constexpr int64_t kB = kAttendKeyBlock;
+    const int64_t tiles = (len + kB - 1) / kB, scales = stride / block;
+    kt.assign(static_cast<size_t>(tiles * stride * kB), 7.0f);  // unused columns: finite junk
+    ktq.assign(kt.size(), 5);
+    ktd.assign(static_cast<size_t>(tiles * scales * kB), 0.5f);
+    for (int64_t p = 0; p < len; ++p) {
+      const int64_t t = p / kB, j = p % kB;
+      for (int64_t e = 0; e < stride; ++e) {
+        kt[static_cast<size_t>((t * stride + e) * kB + j)] = k[static_cast<size_t>(p * stride + e)];
+        ktq[static_cast<size_t>((t * stride + e) * kB + j)] =
+            kq[static_cast<size_t>(p * stride + e)];
+      }
+      for (int64_t b = 0; b < scales; ++b) {
+        ktd[static_cast<size_t>((t * scales + b) * kB + j)] =
+            kd[static_cast<size_t>(p * scales + b)];
+      }
+    }
   }
 };
 
@@ -76,17 +113,19 @@ struct Queries {
 };
 
 // Attends qs's queries over rows into out (the kernel, or the reference).
-void Attend(const Queries& qs, const Rows& rows, KvType type, float* out, bool reference) {
+void Attend(const Queries& qs, const Rows& rows, KvType type, float* out, bool reference,
+            bool tiled = false) {
   const int64_t hd = rows.head_dim;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   std::vector<AttendQuery> list = qs.list;
   for (size_t m = 0; m < list.size(); ++m) list[m].out = out + static_cast<int64_t>(m) * hd;
   const int64_t n = static_cast<int64_t>(list.size());
   if (reference) {
-    reference::AttendMany(list.data(), n, rows.View(true, type), rows.View(false, type), hd, scale);
+    reference::AttendMany(list.data(), n, rows.View(true, type, tiled), rows.View(false, type), hd,
+                          scale);
   } else {
     std::vector<float> scratch(static_cast<size_t>(AttendScratchFloats(n, hd)));
-    AttendMany(list.data(), n, rows.View(true, type), rows.View(false, type), hd, scale,
+    AttendMany(list.data(), n, rows.View(true, type, tiled), rows.View(false, type), hd, scale,
                scratch.data());
   }
 }
@@ -100,14 +139,17 @@ TEST(AttentionTest, MatchesReferenceOnRaggedShapes) {
           const Rows rows(len, hd, 7);
           const Queries qs(group, tile, len, hd, 11);
           for (KvType type : {KvType::kF32, KvType::kQ8_0}) {
-            if (type == KvType::kQ8_0 && !KvQ8Supports(hd)) continue;
-            SCOPED_TRACE(::testing::Message() << "head_dim " << hd << " len " << len << " group "
-                                              << group << " " << KvTypeName(type));
-            std::vector<float> got(qs.out.size()), want(qs.out.size());
-            Attend(qs, rows, type, got.data(), false);
-            Attend(qs, rows, type, want.data(), true);
-            // A convex combination of values (|v| <= 6): reordered sums and exp within a few ulp.
-            for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 2e-5f) << i;
+            for (bool tiled : {false, true}) {
+              if (type == KvType::kQ8_0 && !KvQ8Supports(hd)) continue;
+              SCOPED_TRACE(::testing::Message()
+                           << "head_dim " << hd << " len " << len << " group " << group << " "
+                           << KvTypeName(type) << (tiled ? " tiled" : ""));
+              std::vector<float> got(qs.out.size()), want(qs.out.size());
+              Attend(qs, rows, type, got.data(), false, tiled);
+              Attend(qs, rows, type, want.data(), true, tiled);
+              // A convex combination of values (|v| <= 6): reordered sums and exp within a few ulp.
+              for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 2e-5f) << i;
+            }
           }
         }
       }
@@ -122,15 +164,18 @@ TEST(AttentionTest, QueryGetsTheSameBitsAloneAsInATile) {
         const int64_t len = 300, tile = 16, group = 4;
         const Rows rows(len, hd, 21);
         const Queries qs(group, tile, len, hd, 23);
-        std::vector<float> together(qs.out.size());
-        Attend(qs, rows, type, together.data(), false);
+        std::vector<float> together(qs.out.size()), rowwise(qs.out.size());
+        Attend(qs, rows, type, together.data(), false, true);
+        // The cache's tiled keys and row-major keys make the same float tiles: the same bits.
+        Attend(qs, rows, type, rowwise.data(), false, false);
+        ASSERT_EQ(together, rowwise) << "head_dim " << hd << " " << KvTypeName(type);
         const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
         std::vector<float> scratch(static_cast<size_t>(AttendScratchFloats(1, hd)));
         std::vector<float> alone(static_cast<size_t>(hd));
         for (size_t m = 0; m < qs.list.size(); ++m) {
           AttendQuery one = qs.list[m];
           one.out = alone.data();
-          AttendMany(&one, 1, rows.View(true, type), rows.View(false, type), hd, scale,
+          AttendMany(&one, 1, rows.View(true, type, true), rows.View(false, type), hd, scale,
                      scratch.data());
           ASSERT_EQ(0, std::memcmp(alone.data(), together.data() + m * hd,
                                    static_cast<size_t>(hd) * sizeof(float)))

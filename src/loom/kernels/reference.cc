@@ -225,6 +225,12 @@ void Attend(const float* q, const float* keys, const float* values, int64_t len,
 
 namespace {
 float KvValue(const KvHeadRows& r, int64_t p, int64_t i) {
+  if (r.tiled) {
+    const int64_t t = p / kAttendKeyBlock, j = p % kAttendKeyBlock;
+    const int64_t at = t * r.stride + i * kAttendKeyBlock + j;
+    if (r.type == KvType::kF32) return r.f32[at];
+    return static_cast<float>(r.q[at]) * r.d[t * r.d_stride + (i / r.block) * kAttendKeyBlock + j];
+  }
   if (r.type == KvType::kF32) return r.f32[p * r.stride + i];
   return static_cast<float>(r.q[p * r.stride + i]) * r.d[p * r.d_stride + i / r.block];
 }

@@ -20,6 +20,11 @@ StatusOr<KvCache> KvCache::Create(int64_t n_layers, int64_t n_slots, int64_t ctx
   cache.v_dim_ = v_dim;
   cache.type_ = type;
   if (type == KvType::kQ8_0) {
+    if (v_dim == 0) {
+      return InvalidArgumentError(
+          "kv cache: q8_0 is for caches of keys and values; a latent "
+          "attention cache (no value rows) stays f32");
+    }
     if (!kernels::KvQ8Supports(head_dim) || kv_dim % head_dim != 0 || v_dim % head_dim != 0) {
       return InvalidArgumentError(
           "kv cache: q8_0 needs heads of under 32 or a multiple of 32 "
@@ -28,7 +33,11 @@ StatusOr<KvCache> KvCache::Create(int64_t n_layers, int64_t n_slots, int64_t ctx
     }
     cache.block_ = kernels::KvBlock(head_dim);
   }
-  const int64_t elems = n_layers * n_slots * ctx * kv_dim;
+  constexpr int64_t kB = kernels::kAttendKeyBlock;
+  cache.tiled_ = v_dim > 0;
+  cache.tiles_ = (ctx + kB - 1) / kB;
+  const int64_t key_positions = cache.tiled_ ? cache.tiles_ * kB : ctx;
+  const int64_t elems = n_layers * n_slots * key_positions * kv_dim;
   const int64_t v_elems = n_layers * n_slots * ctx * v_dim;
   try {
     if (type == KvType::kF32) {
@@ -37,6 +46,8 @@ StatusOr<KvCache> KvCache::Create(int64_t n_layers, int64_t n_slots, int64_t ctx
     } else {
       cache.kq_ = base::AlignedBuffer<int8_t>(elems);
       cache.kd_ = base::AlignedBuffer<float>(elems / cache.block_);
+      cache.row_q_.resize(static_cast<size_t>(kv_dim));
+      cache.row_d_.resize(static_cast<size_t>(kv_dim / cache.block_));
       if (v_elems > 0) {
         cache.vq_ = base::AlignedBuffer<int8_t>(v_elems);
         cache.vd_ = base::AlignedBuffer<float>(v_elems / cache.block_);
@@ -59,18 +70,29 @@ int64_t KvCache::bytes_per_position() const {
 
 void KvCache::Store(int64_t layer, int64_t slot, int64_t pos, const float* key,
                     const float* value) {
-  const int64_t row = (layer * n_slots_ + slot) * ctx_ + pos;
+  constexpr int64_t kB = kernels::kAttendKeyBlock;
+  const int64_t seq = layer * n_slots_ + slot;
+  const int64_t row = seq * ctx_ + pos;
+  // Tiled keys: value e of position pos at tile (seq, pos / kB), row e, column pos % kB.
+  const int64_t tile = seq * tiles_ + pos / kB, col = pos % kB;
   if (type_ == KvType::kF32) {
-    std::copy_n(key, kv_dim_, k_.data() + row * kv_dim_);
+    if (tiled_) {
+      float* t = k_.data() + tile * kv_dim_ * kB + col;
+      for (int64_t e = 0; e < kv_dim_; ++e) t[e * kB] = key[e];
+    } else {
+      std::copy_n(key, kv_dim_, k_.data() + row * kv_dim_);
+    }
     if (v_dim_ > 0) std::copy_n(value, v_dim_, v_.data() + row * v_dim_);
     return;
   }
-  kernels::QuantizeKvRow(key, kv_dim_, block_, kq_.data() + row * kv_dim_,
-                         kd_.data() + row * (kv_dim_ / block_));
-  if (v_dim_ > 0) {
-    kernels::QuantizeKvRow(value, v_dim_, block_, vq_.data() + row * v_dim_,
-                           vd_.data() + row * (v_dim_ / block_));
-  }
+  const int64_t n_scales = kv_dim_ / block_;
+  kernels::QuantizeKvRow(key, kv_dim_, block_, row_q_.data(), row_d_.data());
+  int8_t* tq = kq_.data() + tile * kv_dim_ * kB + col;
+  float* td = kd_.data() + tile * n_scales * kB + col;
+  for (int64_t e = 0; e < kv_dim_; ++e) tq[e * kB] = row_q_[static_cast<size_t>(e)];
+  for (int64_t b = 0; b < n_scales; ++b) td[b * kB] = row_d_[static_cast<size_t>(b)];
+  kernels::QuantizeKvRow(value, v_dim_, block_, vq_.data() + row * v_dim_,
+                         vd_.data() + row * (v_dim_ / block_));
 }
 
 kernels::KvHeadRows KvCache::Rows(const base::AlignedBuffer<float>& f,
@@ -93,7 +115,22 @@ kernels::KvHeadRows KvCache::Rows(const base::AlignedBuffer<float>& f,
 }
 
 kernels::KvHeadRows KvCache::KeyRows(int64_t layer, int64_t slot, int64_t first) const {
-  return Rows(k_, kq_, kd_, kv_dim_, layer, slot, first);
+  if (!tiled_) return Rows(k_, kq_, kd_, kv_dim_, layer, slot, first);
+  constexpr int64_t kB = kernels::kAttendKeyBlock;
+  kernels::KvHeadRows r;
+  r.type = type_;
+  r.tiled = true;
+  r.stride = kv_dim_ * kB;
+  const int64_t tile0 = (layer * n_slots_ + slot) * tiles_;
+  if (type_ == KvType::kF32) {
+    r.f32 = k_.data() + tile0 * r.stride + first * kB;
+  } else {
+    r.block = block_;
+    r.d_stride = kv_dim_ / block_ * kB;
+    r.q = kq_.data() + tile0 * r.stride + first * kB;
+    r.d = kd_.data() + tile0 * r.d_stride + first / block_ * kB;
+  }
+  return r;
 }
 
 kernels::KvHeadRows KvCache::ValueRows(int64_t layer, int64_t slot, int64_t first) const {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "loom/base/aligned_buffer.h"
 #include "loom/base/status.h"
@@ -39,10 +40,13 @@ class KvCache {
   // Bytes of one position's key and value rows in one layer (what attention reads per position).
   int64_t bytes_per_position() const;
 
-  // The (ctx, kv_dim) key / value rows of one layer and slot, for kF32 caches (null for others).
-  float* K(int64_t layer, int64_t slot) { return Ptr(k_, layer, slot, kv_dim_); }
+  // The (ctx, kv_dim) key / value rows of one layer and slot, for kF32 caches with rows (null for
+  // Q8_0; K() is null for tiled keys, i.e. whenever v_dim > 0).
+  float* K(int64_t layer, int64_t slot) { return tiled_ ? nullptr : Ptr(k_, layer, slot, kv_dim_); }
   float* V(int64_t layer, int64_t slot) { return Ptr(v_, layer, slot, v_dim_); }
-  const float* K(int64_t layer, int64_t slot) const { return Ptr(k_, layer, slot, kv_dim_); }
+  const float* K(int64_t layer, int64_t slot) const {
+    return tiled_ ? nullptr : Ptr(k_, layer, slot, kv_dim_);
+  }
   const float* V(int64_t layer, int64_t slot) const { return Ptr(v_, layer, slot, v_dim_); }
 
   // Writes position pos's key(kv_dim) and value(v_dim) rows, quantizing them for kQ8_0.
@@ -71,12 +75,18 @@ class KvCache {
   int64_t kv_dim_ = 0;
   int64_t v_dim_ = 0;
   KvType type_ = KvType::kF32;
-  int64_t block_ = 0;               // kQ8_0: values per scale
-  base::AlignedBuffer<float> k_;    // kF32: (layer, slot, ctx, kv_dim)
+  int64_t block_ = 0;          // kQ8_0: values per scale
+  bool tiled_ = false;         // keys in transposed tiles (every cache with values)
+  int64_t tiles_ = 0;          // tiled: ceil(ctx / kAttendKeyBlock) tiles per sequence
+  std::vector<int8_t> row_q_;  // kQ8_0: (kv_dim) one key row quantized, for Store
+  std::vector<float> row_d_;   // kQ8_0: (kv_dim / block) its scales
+  // Keys: rows (layer, slot, ctx, kv_dim) or, tiled, (layer, slot, tile, kv_dim, kAttendKeyBlock)
+  // with Q8_0 scales (layer, slot, tile, kv_dim / block, kAttendKeyBlock).  Values: rows.
+  base::AlignedBuffer<float> k_;    // kF32 keys
   base::AlignedBuffer<float> v_;    // kF32: (layer, slot, ctx, v_dim)
-  base::AlignedBuffer<int8_t> kq_;  // kQ8_0: (layer, slot, ctx, kv_dim)
+  base::AlignedBuffer<int8_t> kq_;  // kQ8_0 keys (tiled)
   base::AlignedBuffer<int8_t> vq_;  // kQ8_0: (layer, slot, ctx, v_dim)
-  base::AlignedBuffer<float> kd_;   // kQ8_0: (layer, slot, ctx, kv_dim / block) scales
+  base::AlignedBuffer<float> kd_;   // kQ8_0 key scales (tiled)
   base::AlignedBuffer<float> vd_;   // kQ8_0: (layer, slot, ctx, v_dim / block)
 };
 

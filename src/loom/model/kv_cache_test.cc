@@ -20,13 +20,24 @@ namespace loom::model {
 namespace {
 
 TEST(KvCacheTest, Q8RowsTakeUnderAThirdOfF32) {
-  auto f32 = KvCache::Create(2, 1, 100, 256, -1, KvType::kF32, 64);
-  auto q8 = KvCache::Create(2, 1, 100, 256, -1, KvType::kQ8_0, 64);
+  auto f32 = KvCache::Create(2, 1, 128, 256, -1, KvType::kF32, 64);
+  auto q8 = KvCache::Create(2, 1, 128, 256, -1, KvType::kQ8_0, 64);
   ASSERT_TRUE(f32.ok() && q8.ok());
-  EXPECT_EQ(f32->bytes(), 2 * 100 * 256 * 2 * 4);
-  EXPECT_EQ(q8->bytes(), 2 * 100 * (256 + 256 / 32 * 4) * 2);
+  EXPECT_EQ(f32->bytes(), 2 * 128 * 256 * 2 * 4);
+  EXPECT_EQ(q8->bytes(), 2 * 128 * (256 + 256 / 32 * 4) * 2);
   EXPECT_EQ(q8->bytes_per_position(), 2 * (256 + 8 * 4));
-  EXPECT_EQ(q8->K(0, 0), nullptr);  // no float rows
+  EXPECT_EQ(q8->K(0, 0), nullptr);   // no float rows
+  EXPECT_EQ(f32->K(0, 0), nullptr);  // keys in tiles
+  EXPECT_NE(f32->V(0, 0), nullptr);
+  // Keys are kept in whole tiles of kAttendKeyBlock positions: 100 takes 128 for them.
+  auto odd = KvCache::Create(1, 1, 100, 64, -1, KvType::kF32, 64);
+  ASSERT_TRUE(odd.ok());
+  EXPECT_EQ(odd->bytes(), (128 + 100) * 64 * 4);
+  // A latent-attention cache (no values) keeps row-major float keys and no q8_0.
+  auto latent = KvCache::Create(1, 1, 100, 64, 0);
+  ASSERT_TRUE(latent.ok());
+  EXPECT_NE(latent->K(0, 0), nullptr);
+  EXPECT_FALSE(KvCache::Create(1, 1, 100, 64, 0, KvType::kQ8_0, 64).ok());
 }
 
 TEST(KvCacheTest, Q8RejectsHeadsItCannotBlock) {
@@ -48,9 +59,11 @@ TEST(KvCacheTest, StoredQ8RowsReadBackWithinHalfAStep) {
   for (int64_t h = 0; h < 2; ++h) {
     const kernels::KvHeadRows k = cache->KeyRows(1, 1, h * hd);
     const kernels::KvHeadRows v = cache->ValueRows(1, 1, h * hd);
+    ASSERT_TRUE(k.tiled);  // position 3 is column 3 of tile 0
+    constexpr int64_t kB = kernels::kAttendKeyBlock;
     for (int64_t i = 0; i < hd; ++i) {
-      const float kd = k.d[3 * k.d_stride + i / k.block], vd = v.d[3 * v.d_stride + i / v.block];
-      EXPECT_NEAR(k.q[3 * k.stride + i] * kd, key[h * hd + i], 0.5f * kd * 1.001f);
+      const float kd = k.d[(i / k.block) * kB + 3], vd = v.d[3 * v.d_stride + i / v.block];
+      EXPECT_NEAR(k.q[i * kB + 3] * kd, key[h * hd + i], 0.5f * kd * 1.001f);
       EXPECT_NEAR(v.q[3 * v.stride + i] * vd, value[h * hd + i], 0.5f * vd * 1.001f);
     }
   }
