@@ -16,14 +16,13 @@ std::span<const std::byte> WeightRegion(const engine::LoadedModel& m) {
   return largest;
 }
 
-MemoryState MeasureMemoryState(const engine::LoadedModel& m, int threads) {
-  MemoryState s;
-  s.probe_bytes_per_s = base::MeasureReadBandwidth(threads, int64_t{512} << 20, 3);
+WeightPages MeasureWeightPages(const engine::LoadedModel& m, int threads) {
+  WeightPages w;
   const std::span<const std::byte> region = WeightRegion(m);
-  s.weight_bytes = static_cast<int64_t>(region.size());
-  s.weights_bytes_per_s = base::MeasureReadBandwidth(region, threads, 2);
-  s.huge_page_bytes = base::HugePageBytes(region.data(), s.weight_bytes);
-  return s;
+  w.bytes = static_cast<int64_t>(region.size());
+  w.bytes_per_s = base::MeasureReadBandwidth(region, threads, 2);
+  w.huge_page_bytes = base::HugePageBytes(region.data(), w.bytes);
+  return w;
 }
 
 }  // namespace loom::cli

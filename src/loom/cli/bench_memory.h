@@ -1,7 +1,7 @@
-// What `loom bench` reports about the memory a decode step streams, round by round: the machine's
-// read bandwidth right then (a fresh huge-page buffer), how fast the model's own weight pages read
-// (wherever the OS placed them), and how much of the weight copy huge pages back.  Together they
-// tell a slow round that is the machine's (everything reads slower) from one that is Loom's.
+// What `loom bench` reports about the weight pages a decode step streams, round by round: how fast
+// the model's own weight memory reads (wherever the OS placed it) and how much of it huge pages
+// back.  Beside the probe of a fresh buffer they tell a slow round that is the machine's
+// (everything reads slower) from one that is Loom's (the weights' pages read slower than fresh ones).
 #pragma once
 
 #include <cstddef>
@@ -12,18 +12,17 @@
 
 namespace loom::cli {
 
-struct MemoryState {
-  double probe_bytes_per_s = 0;    // a fresh buffer, MeasureReadBandwidth
-  double weights_bytes_per_s = 0;  // the weight copy (or the file's mapping) itself
-  int64_t weight_bytes = 0;        // size of that region
-  int64_t huge_page_bytes = -1;    // of it backed by huge pages; -1: the OS does not say
+struct WeightPages {
+  double bytes_per_s = 0;        // reading the region, best of two passes
+  int64_t bytes = 0;             // size of the region
+  int64_t huge_page_bytes = -1;  // of it backed by huge pages; -1: the OS does not say
 };
 
 // The memory the decode loop reads its matrices from: the weight copy when there is one, else the
-// model file's mappings (the largest).
+// model file's largest mapping.
 std::span<const std::byte> WeightRegion(const engine::LoadedModel& m);
 
-// ~0.2-0.5 s: a 512 MiB probe and two passes over the weight region.
-MemoryState MeasureMemoryState(const engine::LoadedModel& m, int threads);
+// Two passes over the weight region (~20 ms for 0.6 GB) and the huge-page count.
+WeightPages MeasureWeightPages(const engine::LoadedModel& m, int threads);
 
 }  // namespace loom::cli

@@ -31,6 +31,7 @@ struct RunOptions {
   engine::WeightPlacement weights = engine::WeightPlacement::kAuto;
   int threads = 0;
   int64_t context = 0;
+  model::KvType kv_type = model::KvType::kF32;
   int64_t batch = 256;
   bool no_bos = false;
   bool chat = false;
@@ -136,6 +137,7 @@ int Run(const RunOptions& o) {
   load.weights = o.weights;
   load.max_batch = o.batch;
   load.context = o.context;
+  load.kv_type = o.kv_type;
   if (o.pod.distributed()) {
     auto pod = JoinPod(o.pod, load);
     if (!pod.ok()) return Fail("run", pod.status());
@@ -187,6 +189,7 @@ void AddRunCommand(CLI::App& app, Action* action) {
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
   AddSamplingFlags(*sub, o->sampling);
   AddWeightsFlag(*sub, o->weights);
+  AddKvTypeFlag(*sub, o->kv_type);
   sub->add_option("--threads", o->threads, "Threads (default: one per core)")
       ->check(CLI::Range(0, 1024));
   sub->add_option("--ctx", o->context, "Context length (default: the model's)")

@@ -35,6 +35,7 @@ struct ServeOptions {
   bool insecure = false;
   int64_t parallel = 4;
   int64_t context = 0;
+  model::KvType kv_type = model::KvType::kF32;
   int64_t queue = 64;
   engine::WeightPlacement weights = engine::WeightPlacement::kAuto;
   int threads = 0;
@@ -65,6 +66,7 @@ StatusOr<std::unique_ptr<ServeBackend>> OpenBackend(const ServeOptions& o) {
   load.threads = o.threads;
   load.weights = o.weights;
   load.context = o.context;
+  load.kv_type = o.kv_type;
   load.n_slots = o.parallel;
   load.max_batch = std::max(o.batch, o.parallel);  // every sequence decodes in each step
   auto b = std::make_unique<ServeBackend>();
@@ -249,6 +251,7 @@ void AddServeCommand(CLI::App& app, Action* action) {
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   AddWeightsFlag(*sub, o->weights);
+  AddKvTypeFlag(*sub, o->kv_type);
   sub->add_option("--threads", o->threads, "Compute threads (default: one per core)")
       ->check(CLI::Range(0, 1024));
   sub->add_option("--batch", o->batch, "Tokens per forward pass (at least --parallel)")

@@ -28,6 +28,7 @@ struct SynthCliOptions {
   int64_t expert_ffn = 0;
   bool experts_given = false, experts_used_given = false, expert_ffn_given = false;
   int64_t layers = 0;  // 0: the shape's
+  int64_t context = 0;  // 0: the shape's
   bool peaked = false;
   float yarn = 0.0f;
   bool mla_split = false;
@@ -109,6 +110,7 @@ int RunSynth(const SynthCliOptions& o) {
   model::SynthOptions options;
   options.shape = *shape;
   if (o.layers > 0) options.shape.n_layers = o.layers;
+  if (o.context > 0) options.shape.context_length = o.context;
   options.type = *type;
   options.arch = *arch;
   // The shape's own experts unless the flags say otherwise.
@@ -189,6 +191,11 @@ void AddSynthCommand(CLI::App& app, Action* action) {
   sub->add_option("--layers", options->layers,
                   "layers (0: the shape's; fewer make a smaller file of the same layer shape)")
       ->check(CLI::Range(int64_t{0}, int64_t{4096}))
+      ->capture_default_str();
+  sub->add_option("--context", options->context,
+                  "trained context length written to the file (0: the shape's), e.g. for "
+                  "`loom bench --depth`")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 24))
       ->capture_default_str();
   sub->add_option("--yarn", options->yarn,
                   "YaRN RoPE scaling by this factor over a quarter of the context (0: none)")

@@ -86,4 +86,17 @@ void AddWeightsFlag(CLI::App& app, engine::WeightPlacement& placement) {
       ->default_str("auto");
 }
 
+void AddKvTypeFlag(CLI::App& app, model::KvType& type) {
+  // A string option: CLI11 would print the uint8_t enum's values as characters in its errors.
+  app.add_option_function<std::string>(
+         "--kv-type",
+         [&type](const std::string& name) {
+           type = name == "q8_0" ? model::KvType::kQ8_0 : model::KvType::kF32;
+         },
+         "Rows of the KV cache: f32, or q8_0 (8-bit values with a scale per 32, 3.6x smaller, "
+         "read directly by attention; not for latent attention (DeepSeek), whose cache stays f32)")
+      ->transform(CLI::IsMember({"f32", "q8_0"}, CLI::ignore_case))
+      ->default_str("f32");
+}
+
 }  // namespace loom::cli

@@ -38,4 +38,7 @@ void AddSamplingFlags(CLI::App& app, SamplingFlags& flags);
 // --weights auto|mapped|copied (engine::WeightPlacement).
 void AddWeightsFlag(CLI::App& app, engine::WeightPlacement& placement);
 
+// --kv-type f32|q8_0 (model::KvType).
+void AddKvTypeFlag(CLI::App& app, model::KvType& type);
+
 }  // namespace loom::cli

@@ -36,6 +36,7 @@ StatusOr<LoadedModel> LoadModel(const LoadOptions& options) {
   t.context = options.context;
   t.max_batch = options.max_batch;
   t.n_slots = options.n_slots;
+  t.kv_type = options.kv_type;
   LOOM_ASSIGN_OR_RETURN(m.transformer, model::Transformer::Create(*m.weights, t, *m.pool));
   // Start reading the weights in the background so the first tokens do not wait on page faults
   // (mapped whole models only: a shard must not pull the rest of a file bigger than memory into

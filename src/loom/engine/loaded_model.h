@@ -36,6 +36,7 @@ struct LoadOptions {
   model::ShardSpec shard;      // the part of the model this process holds (default: all of it)
   bool load_tokenizer = true;  // ranks other than a pod's driver need none
   WeightPlacement weights = WeightPlacement::kAuto;
+  model::KvType kv_type = model::KvType::kF32;  // rows of the KV cache
 };
 
 struct LoadedModel {

@@ -223,4 +223,34 @@ void Attend(const float* q, const float* keys, const float* values, int64_t len,
   for (int64_t p = 0; p < len; ++p) Axpy(scores[p], values + p * stride, head_dim, out);
 }
 
+namespace {
+float KvValue(const KvHeadRows& r, int64_t p, int64_t i) {
+  if (r.tiled) {
+    const int64_t t = p / kAttendKeyBlock, j = p % kAttendKeyBlock;
+    const int64_t at = t * r.stride + i * kAttendKeyBlock + j;
+    if (r.type == KvType::kF32) return r.f32[at];
+    return static_cast<float>(r.q[at]) * r.d[t * r.d_stride + (i / r.block) * kAttendKeyBlock + j];
+  }
+  if (r.type == KvType::kF32) return r.f32[p * r.stride + i];
+  return static_cast<float>(r.q[p * r.stride + i]) * r.d[p * r.d_stride + i / r.block];
+}
+}  // namespace
+
+void AttendMany(const AttendQuery* queries, int64_t n_queries, const KvHeadRows& keys,
+                const KvHeadRows& values, int64_t head_dim, float scale) {
+  for (int64_t m = 0; m < n_queries; ++m) {
+    const int64_t len = queries[m].len;
+    std::vector<float> k(static_cast<size_t>(len * head_dim)), v(k.size());
+    for (int64_t p = 0; p < len; ++p) {
+      for (int64_t i = 0; i < head_dim; ++i) {
+        k[static_cast<size_t>(p * head_dim + i)] = KvValue(keys, p, i);
+        v[static_cast<size_t>(p * head_dim + i)] = KvValue(values, p, i);
+      }
+    }
+    std::vector<float> scores(static_cast<size_t>(len));
+    Attend(queries[m].q, k.data(), v.data(), len, head_dim, head_dim, scale, scores.data(),
+           queries[m].out);
+  }
+}
+
 }  // namespace loom::kernels::reference

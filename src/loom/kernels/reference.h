@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "loom/kernels/attention.h"
 #include "loom/kernels/matrix.h"
 #include "loom/kernels/ops.h"
 
@@ -43,5 +44,9 @@ void Axpy(float alpha, const float* x, int64_t n, float* y);
 void Scale(float alpha, int64_t n, float* x);
 void Attend(const float* q, const float* keys, const float* values, int64_t len, int64_t stride,
             int64_t head_dim, float scale, float* scores, float* out);
+// Each query as Attend over its rows dequantized to floats (two passes: softmax, then values).
+// Allocates (reference).
+void AttendMany(const AttendQuery* queries, int64_t n_queries, const KvHeadRows& keys,
+                const KvHeadRows& values, int64_t head_dim, float scale);
 
 }  // namespace loom::kernels::reference

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <new>
 
+#include "loom/kernels/attention.h"
 #include "loom/kernels/ops.h"
 #include "loom/model/arch.h"
 
@@ -12,6 +13,13 @@ namespace loom::model {
 namespace k = loom::kernels;
 
 namespace {
+
+// Rows of one sequence attended together (a prompt tile): its key blocks are read once for them.
+constexpr int64_t kAttendTile = 16;
+
+int64_t AttendQueriesPerCall(const HParams& hp) {
+  return kAttendTile * std::max<int64_t>(1, hp.n_heads / std::max<int64_t>(1, hp.n_kv_heads));
+}
 
 StatusOr<LocalDims> ResolveShard(const ModelFile& file, const ShardSpec& s) {
   const HParams& hp = file.hparams;
@@ -126,11 +134,16 @@ StatusOr<std::unique_ptr<Transformer>> Transformer::Create(const TransformerWeig
   // and rope key per position.
   const int64_t q_dim = hp.is_mla() ? hp.n_heads * std::max(hp.head_dim, hp.v_head_dim) : d.q_dim();
   const int64_t kv_dim = d.kv_dim();
+  if (hp.is_mla() && options.kv_type != KvType::kF32) {
+    return InvalidArgumentError("transformer: --kv-type ", k::KvTypeName(options.kv_type),
+                                " is not supported for latent attention (", hp.arch,
+                                "): its cache holds the latent in f32; use --kv-type f32");
+  }
   LOOM_ASSIGN_OR_RETURN(
       t->cache_, hp.is_mla() ? KvCache::Create(std::max<int64_t>(1, d.n_layers()), options.n_slots,
                                                t->ctx_, hp.kv_lora_rank + hp.rope_dim, 0)
                              : KvCache::Create(std::max<int64_t>(1, d.n_layers()), options.n_slots,
-                                               t->ctx_, kv_dim));
+                                               t->ctx_, kv_dim, -1, options.kv_type, hp.head_dim));
   const int64_t n = t->max_batch_;
   try {
     t->x_ = base::AlignedBuffer<float>(n * hp.dim);
@@ -146,7 +159,11 @@ StatusOr<std::unique_ptr<Transformer>> Transformer::Create(const TransformerWeig
       t->hb2_ = base::AlignedBuffer<float>(n * d.ffn_dim);
     }
     t->cos_sin_ = base::AlignedBuffer<float>(n * hp.head_dim);
-    t->scores_ = base::AlignedBuffer<float>(static_cast<int64_t>(pool.size()) * t->ctx_);
+    const int64_t per_call = AttendQueriesPerCall(hp);
+    t->attend_queries_.resize(static_cast<size_t>(pool.size() * per_call));
+    t->attend_scratch_ =
+        base::AlignedBuffer<float>(pool.size() * k::AttendScratchFloats(per_call, hp.head_dim));
+    t->tile_begin_.resize(static_cast<size_t>(n + 1));
   } catch (const std::bad_alloc&) {
     return ResourceExhaustedError("transformer: cannot allocate scratch for a batch of ", n,
                                   " tokens");
@@ -294,8 +311,7 @@ void Transformer::AttentionBlock(const Batch& batch, int64_t l) {
     // Store this position's key and value.
     const int64_t slot = batch.slots[i];
     const int64_t pos = batch.positions[i];
-    std::copy_n(kk, kv_dim, cache_.K(l, slot) + pos * kv_dim);
-    std::copy_n(v_.data() + i * kv_dim, kv_dim, cache_.V(l, slot) + pos * kv_dim);
+    cache_.Store(l, slot, pos, kk, v_.data() + i * kv_dim);
   }
   Attention(batch, l);
 }
@@ -306,31 +322,59 @@ void Transformer::Attention(const Batch& batch, int64_t layer) {
   const int64_t n = static_cast<int64_t>(batch.tokens.size());
   const int64_t hd = hp.head_dim;
   const int64_t q_dim = d.q_dim();
-  const int64_t kv_dim = d.kv_dim();
   const int64_t group = hp.n_heads / hp.n_kv_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const int64_t items = n * d.n_heads;
+  // Tiles: runs of up to kAttendTile consecutive rows of one slot.
+  int64_t n_tiles = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (i == 0 || batch.slots[i] != batch.slots[i - 1] ||
+        i - tile_begin_[n_tiles - 1] == kAttendTile) {
+      tile_begin_[n_tiles++] = static_cast<int32_t>(i);
+    }
+  }
+  tile_begin_[n_tiles] = static_cast<int32_t>(n);
+  // One item: a tile against one kv head for a part of the query heads it serves.  The heads are
+  // split into parts only when there are fewer (tile, kv head) pairs than threads (decoding a few
+  // kv heads); a query's result does not depend on which others share its call.
   const int threads = pool_.size();
-  auto work = [&](int64_t first, int64_t stride, float* scores) {
+  const int64_t pairs = n_tiles * d.n_kv_heads;
+  const int64_t parts = std::clamp<int64_t>((threads + pairs - 1) / pairs, 1, group);
+  const int64_t items = pairs * parts;
+  const int64_t per_call = AttendQueriesPerCall(hp);
+  const int64_t scratch_floats = k::AttendScratchFloats(per_call, hd);
+  auto work = [&](int64_t first, int64_t stride, int t) {
+    k::AttendQuery* queries = attend_queries_.data() + t * per_call;
+    float* scratch = attend_scratch_.data() + t * scratch_floats;
     for (int64_t item = first; item < items; item += stride) {
-      const int64_t i = item / d.n_heads;
-      const int64_t h = item % d.n_heads;
-      const int64_t slot = batch.slots[i];
-      const int64_t len = batch.positions[i] + 1;
-      const int64_t kvh = (d.head_begin + h) / group - d.kv_head_begin;  // GQA: shared KV head
-      const float* q = q_.data() + i * q_dim + h * hd;
-      const float* keys = cache_.K(layer, slot) + kvh * hd;
-      const float* values = cache_.V(layer, slot) + kvh * hd;
-      k::Attend(q, keys, values, len, kv_dim, hd, scale, scores, att_.data() + i * q_dim + h * hd);
+      const int64_t tile = item / (d.n_kv_heads * parts);
+      const int64_t kvh = item / parts % d.n_kv_heads;
+      const int64_t part = item % parts;
+      // The shard's query heads that share kv head kvh (GQA), and this part of them.
+      const int64_t h_lo = std::max<int64_t>(0, (d.kv_head_begin + kvh) * group - d.head_begin);
+      const int64_t h_hi =
+          std::min<int64_t>(d.n_heads, (d.kv_head_begin + kvh + 1) * group - d.head_begin);
+      const int64_t h0 = h_lo + (h_hi - h_lo) * part / parts;
+      const int64_t h1 = h_lo + (h_hi - h_lo) * (part + 1) / parts;
+      if (h0 >= h1) continue;
+      int64_t nq = 0;
+      for (int64_t i = tile_begin_[tile]; i < tile_begin_[tile + 1]; ++i) {
+        for (int64_t h = h0; h < h1; ++h) {
+          queries[nq++] = {q_.data() + i * q_dim + h * hd, batch.positions[i] + 1,
+                           att_.data() + i * q_dim + h * hd};
+        }
+      }
+      const int64_t slot = batch.slots[tile_begin_[tile]];
+      k::AttendMany(queries, nq, cache_.KeyRows(layer, slot, kvh * hd),
+                    cache_.ValueRows(layer, slot, kvh * hd), hd, scale, scratch);
     }
   };
   if (threads == 1 || items == 1) {
-    work(0, 1, scores_.data());
+    work(0, 1, 0);
     return;
   }
-  // Items are dealt round-robin: later tokens of a prompt attend to more positions, so contiguous
+  // Items are dealt round-robin: later tiles of a prompt attend to more positions, so contiguous
   // ranges would leave one thread with most of the work.
-  pool_.Run([&](int t) { work(t, threads, scores_.data() + static_cast<int64_t>(t) * ctx_); });
+  pool_.Run([&](int t) { work(t, threads, t); });
 }
 
 Status Transformer::Logits(std::span<const int32_t> rows, float* logits) {

@@ -160,9 +160,10 @@ class Collective {
 };
 
 struct TransformerOptions {
-  int64_t max_batch = 256;  // tokens per Forward call (prompts are run in chunks of this)
-  int64_t context = 0;      // positions per sequence; 0 = the model's trained context
-  int64_t n_slots = 1;      // sequences held in the KV cache at once
+  int64_t max_batch = 256;        // tokens per Forward call (prompts are run in chunks of this)
+  int64_t context = 0;            // positions per sequence; 0 = the model's trained context
+  int64_t n_slots = 1;            // sequences held in the KV cache at once
+  KvType kv_type = KvType::kF32;  // rows of the KV cache (kQ8_0: not for latent attention)
 };
 
 class Transformer : public ForwardPass {
@@ -218,9 +219,13 @@ class Transformer : public ForwardPass {
   base::AlignedBuffer<float> hb_;       // (n, local ffn_dim) gate, then silu(gate) * up
   base::AlignedBuffer<float> hb2_;      // (n, local ffn_dim) up
   base::AlignedBuffer<float> cos_sin_;  // (n, head_dim) rotation of each token's position
-  base::AlignedBuffer<float> scores_;   // (threads, ctx) attention weights per thread
-  MoeScratch moe_;                      // mixture-of-experts models only
-  MlaScratch mla_;                      // latent-attention models only
+  // Attention (kernels::AttendMany): per thread, the queries of one call (up to kAttendTile rows
+  // x the query heads of a kv head) and its scratch; tile_begin_ (n + 1) the batch's row runs.
+  std::vector<kernels::AttendQuery> attend_queries_;  // (threads, kAttendTile * group)
+  base::AlignedBuffer<float> attend_scratch_;         // (threads, AttendScratchFloats(...))
+  std::vector<int32_t> tile_begin_;
+  MoeScratch moe_;  // mixture-of-experts models only
+  MlaScratch mla_;  // latent-attention models only
 };
 
 }  // namespace loom::model
