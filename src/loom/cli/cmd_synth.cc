@@ -29,7 +29,7 @@ struct SynthCliOptions {
   int64_t experts_used = 2;
   int64_t expert_ffn = 0;
   bool experts_given = false, experts_used_given = false, expert_ffn_given = false;
-  int64_t layers = 0;   // 0: the shape's
+  int64_t layers = 0;  // 0: the shape's
   int64_t context = 0;  // 0: the shape's
   bool peaked = false;
   float yarn = 0.0f;
@@ -205,8 +205,8 @@ void AddSynthCommand(CLI::App& app, Action* action) {
       ->check(CLI::Range(int64_t{0}, int64_t{4096}))
       ->capture_default_str();
   sub->add_option("--context", options->context,
-                  "context length the file declares (0: the shape's; e.g. 8192 to bench at depth "
-                  "4096 on tinyllama-1.1b, whose own is 2048)")
+                  "trained context length written to the file (0: the shape's), e.g. for "
+                  "`loom bench --depth`")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 24))
       ->capture_default_str();
   sub->add_option("--yarn", options->yarn,
