@@ -167,11 +167,16 @@ export async function openNodeLlama(tool, threads) {
         if (pass.warm) continue;
         const tm = parseTimings(logLines);
         if (!tm.prompt || !tm.eval) throw new Error("no llama.cpp timings in:\n" + logLines.join(""));
+        if (sequence.nextTokenIndex !== pass.d + p + n) {
+          console.error(`warning: node-llama-cpp's sequence holds ${sequence.nextTokenIndex} tokens, ` +
+            `not depth + p + n = ${pass.d + p + n}`);
+        }
         out = {
           pp_wall: p / ((t1 - t0) / 1e3), tg_wall: n / ((t2 - t1) / 1e3),
           pp: tm.prompt.count / (tm.prompt.ms / 1e3), tg: tm.eval.count / (tm.eval.ms / 1e3),
           eval_runs: tm.eval.count, prompt_tokens: tm.prompt.count,
           js_us_per_token: ((t2 - t1) * 1e3 - tm.eval.ms * 1e3) / n,
+          context_tokens: sequence.nextTokenIndex,  // depth + p + n when all went in
         };
       }
       return out;
