@@ -31,7 +31,7 @@ import { checkLlamaBench, checkLoom, llamaBenchRound, load, loom, loomRound, med
   openNodeLlama, synth } from "./llama_peer.mjs";
 
 const kUsage = `usage: node bench/peer_bench.mjs [options]
-  --types T,T        weight types (default q4_0,q4_k_m,q8_0)
+  --types T,T        weight types (default q4_0,q4_k_m,q8_0; '' for none, e.g. with --mlx)
   --depths D,D       context depths: tokens already in the context (default 0,4096)
   --rounds N         alternated rounds, medians over them (default 3)
   -p N, -n N         prompt tokens, generated tokens (default 128, 64)
@@ -65,7 +65,7 @@ function parseArgs(argv) {
     if (a === "--help" || a === "-h") {
       console.log(kUsage);
       process.exit(0);
-    } else if (a === "--types") o.types = v().split(",");
+    } else if (a === "--types") o.types = v().split(",").filter((t) => t !== "");
     else if (a === "--depths") o.depths = v().split(",").map((d) => num(a, d));
     else if (a === "--rounds") o.rounds = num(a, v());
     else if (a === "-p") o.p = num(a, v());
@@ -262,17 +262,19 @@ if (lc.node) {
 console.log(`load average ${report.load_start} at the start, ${report.load_end} at the end`);
 const peerName = lc.llama_bench ? "llama-bench" : "llama.cpp";
 const nodeCols = lc.node && lc.llama_bench;
-console.log(`| type | depth | loom pp | ${peerName} pp | ratio | loom tg | ${peerName} tg |` +
-  (nodeCols ? " node-llama-cpp tg (JS wall) |" : lc.node ? " (JS wall) |" : "") +
-  " ratio | GB/s per round | roofline fraction per round |");
-console.log("| --- | --- | --- | --- | --- | --- | --- |" + (lc.node ? " --- |" : "") + " --- | --- | --- |");
-for (const r of report.rows) {
-  const nodeCell = nodeCols ? ` ${fmt(r.node_tg, 2)} (${fmt(r.node_tg_wall, 2)}) |`
-    : lc.node ? ` (${fmt(r.node_tg_wall, 2)}) |` : "";
-  console.log(`| ${r.type} | ${r.depth} | ${fmt(r.loom_pp)} | ${fmt(r.peer_pp)} | ` +
-    `${fmt(r.pp_ratio, 2)}x | ${fmt(r.loom_tg, 2)} | ${fmt(r.peer_tg, 2)} |${nodeCell} ` +
-    `${fmt(r.tg_ratio, 2)}x | ${r.bandwidth_per_round.map(gb).join(", ")} | ` +
-    `${r.roofline_fraction_per_round.map((f) => fmt(f, 2)).join(", ")} |`);
+if (report.rows.length > 0) {
+  console.log(`| type | depth | loom pp | ${peerName} pp | ratio | loom tg | ${peerName} tg |` +
+    (nodeCols ? " node-llama-cpp tg (JS wall) |" : lc.node ? " (JS wall) |" : "") +
+    " ratio | GB/s per round | roofline fraction per round |");
+  console.log("| --- | --- | --- | --- | --- | --- | --- |" + (lc.node ? " --- |" : "") + " --- | --- | --- |");
+  for (const r of report.rows) {
+    const nodeCell = nodeCols ? ` ${fmt(r.node_tg, 2)} (${fmt(r.node_tg_wall, 2)}) |`
+      : lc.node ? ` (${fmt(r.node_tg_wall, 2)}) |` : "";
+    console.log(`| ${r.type} | ${r.depth} | ${fmt(r.loom_pp)} | ${fmt(r.peer_pp)} | ` +
+      `${fmt(r.pp_ratio, 2)}x | ${fmt(r.loom_tg, 2)} | ${fmt(r.peer_tg, 2)} |${nodeCell} ` +
+      `${fmt(r.tg_ratio, 2)}x | ${r.bandwidth_per_round.map(gb).join(", ")} | ` +
+      `${r.roofline_fraction_per_round.map((f) => fmt(f, 2)).join(", ")} |`);
+  }
 }
 if (report.mlx.length > 0) {
   console.log("| depth | q4_0 pp | mlx4 pp | q4_0 tg | mlx4 tg | mlx4/q4_0 tg | q4_0 roofline " +
