@@ -92,6 +92,12 @@ function parseArgs(argv) {
   return o;
 }
 
+// Failures after the start (a loom or llama-bench run that fails) end the run with their message.
+process.on("uncaughtException", (e) => {
+  console.error(`peer_bench: ${e.message}`);
+  process.exit(1);
+});
+
 let opt;
 let nodePeer = null;
 const llamaBench = process.env.LLAMA_BENCH || "";
