@@ -18,24 +18,13 @@
 //
 //   node bench/moe_bench.mjs [--types q4_0,q4_k] [--layers 12] [--rounds 3] [-p 128] [-n 64]
 //       [--threads 2] [--dir DIR] [--json OUT]
-// LOOM_BIN overrides build/src/loom/cli/loom.  Files are written once into DIR and reused.
-import { execFile } from "node:child_process";
+// LOOM_BIN overrides build/src/loom/cli/loom.  Files are written once into DIR and reused.  The
+// llama.cpp and `loom bench` plumbing is bench/llama_peer.mjs, shared with bench/peer_bench.mjs.
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { fileURLToPath, pathToFileURL } from "node:url";
-import { promisify } from "node:util";
-
-const execFileP = promisify(execFile);
-const here = path.dirname(fileURLToPath(import.meta.url));
-const root = path.resolve(here, "..");
-const LOOM = process.env.LOOM_BIN || path.join(root, "build/src/loom/cli/loom");
-const nlcPath = path.join(root, "tests/moe/node_modules/node-llama-cpp/dist/index.js");
-if (!fs.existsSync(nlcPath)) {
-  console.error("moe_bench: node-llama-cpp is not installed; run tests/serve/install.sh tests/moe");
-  process.exit(2);
-}
-const { getLlama, LlamaLogLevel } = await import(pathToFileURL(nlcPath).href);
+import { checkLoom, load, loom, loomRound, median, openNodeLlama, synth as synthFile }
+  from "./llama_peer.mjs";
 
 function parseArgs(argv) {
   const o = { types: ["q4_0"], layers: 12, rounds: 3, p: 128, n: 64, threads: 2,
@@ -57,102 +46,20 @@ function parseArgs(argv) {
 }
 const opt = parseArgs(process.argv.slice(2));
 fs.mkdirSync(opt.dir, { recursive: true });
-
-const median = (v) => {
-  const s = [...v].sort((a, b) => a - b);
-  const m = s.length >> 1;
-  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
-};
-const load = () => os.loadavg().map((x) => x.toFixed(2)).join(" ");
-
-async function loom(args) {
-  const { stdout } = await execFileP(LOOM, args, { maxBuffer: 64 << 20 });
-  return stdout;
+let peer;
+try {
+  checkLoom("moe_bench");
+  peer = await openNodeLlama("moe_bench", opt.threads);
+} catch (e) {
+  console.error(e.message);
+  process.exit(2);
 }
 
 async function synth(name, args) {
-  const file = path.join(opt.dir, name + ".gguf");
-  if (!fs.existsSync(file)) {
-    console.error(`moe_bench: writing ${file}`);
-    await loom(["synth", "-o", file, "--threads", String(opt.threads), ...args]);
-  }
-  return file;
+  return synthFile("moe_bench", opt.dir, name, args, opt.threads);
 }
-
-// llama.cpp's log lines, collected for printTimings.
-let logLines = [];
-const llama = await getLlama({ gpu: false, build: "never", logLevel: LlamaLogLevel.info,
-  logger: (level, message) => { logLines.push(message); } });
-
-// "prompt eval time = X ms / N tokens" and "eval time = Y ms / M runs" of the last printTimings.
-function parseTimings(lines) {
-  const text = "\n" + lines.join("\n");
-  const grab = (re) => {
-    const m = text.match(re);
-    return m ? { ms: Number(m[1]), count: Number(m[2]) } : null;
-  };
-  return { prompt: grab(/prompt eval time =\s*([\d.]+) ms \/\s*(\d+) tokens/),
-    eval: grab(/\n[^\n]*?\beval time =\s*([\d.]+) ms \/\s*(\d+) runs/) };
-}
-
-function promptIds(vocab, n, seed) {
-  // A fixed pseudo-random prompt of ordinary ids (no special tokens), BOS first.
-  let s = seed >>> 0;
-  const ids = [1];
-  while (ids.length < n) {
-    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
-    ids.push(3 + (s % (vocab - 3)));
-  }
-  return ids;
-}
-
-// One llama.cpp round: a warm-up pass, then a measured one (prompt of p tokens in one batch,
-// then n greedy one-token decodes).
-async function llamaRound(model, vocab, p, n) {
-  const context = await model.createContext({ contextSize: p + n + 16, batchSize: Math.max(512, p),
-    threads: { ideal: opt.threads, min: opt.threads }, performanceTracking: true });
-  try {
-    if (context.currentThreads !== opt.threads) {
-      throw new Error(`llama.cpp context runs ${context.currentThreads} threads, not ${opt.threads}`);
-    }
-    const sequence = context.getSequence();
-    const prompt = promptIds(vocab, p, 42);
-    let out = null;
-    for (let pass = 0; pass < 2; ++pass) {
-      await sequence.clearHistory();
-      await context.printTimings();  // resets llama.cpp's counters
-      logLines = [];
-      const t0 = performance.now();
-      await sequence.evaluateWithoutGeneratingNewTokens(prompt);
-      const t1 = performance.now();
-      let count = 0;
-      for await (const _ of sequence.evaluate([prompt[1]], { temperature: 0 })) {
-        if (++count >= n) break;
-      }
-      const t2 = performance.now();
-      logLines = [];
-      await context.printTimings();
-      const tm = parseTimings(logLines);
-      if (!tm.prompt || !tm.eval) throw new Error("no llama.cpp timings in:\n" + logLines.join(""));
-      out = {
-        pp_wall: p / ((t1 - t0) / 1e3), tg_wall: n / ((t2 - t1) / 1e3),
-        pp: tm.prompt.count / (tm.prompt.ms / 1e3), tg: tm.eval.count / (tm.eval.ms / 1e3),
-        eval_runs: tm.eval.count, prompt_tokens: tm.prompt.count,
-        js_us_per_token: ((t2 - t1) * 1e3 - tm.eval.ms * 1e3) / n,
-      };
-    }
-    return out;
-  } finally {
-    await context.dispose();
-  }
-}
-
-async function loomRound(file, p, n) {
-  const j = JSON.parse(await loom(["bench", "-m", file, "-p", String(p), "-n", String(n), "-r", "1",
-    "--threads", String(opt.threads), "--json"]));
-  return { pp: j.prompt_tokens_per_s_median, tg: j.gen_tokens_per_s_median,
-    bw: j.bandwidth_bytes_per_s, bw_before: j.bandwidth_before, bw_after: j.bandwidth_after };
-}
+const llamaRound = (model, vocab, p, n) => peer.round(model, vocab, { p, n });
+const llama = peer.llama;
 
 const report = { threads: opt.threads, prompt_tokens: opt.p, gen_tokens: opt.n, rounds: opt.rounds,
   layers: opt.layers, llama_cpp: llama.llamaCppRelease, llama_cpu: llama.systemInfo,
@@ -183,7 +90,7 @@ for (const type of opt.types) {
   const rounds = [];
   try {
     for (let r = 0; r < opt.rounds; ++r) {
-      const a = await loomRound(file, opt.p, opt.n);
+      const a = await loomRound(file, { p: opt.p, n: opt.n, threads: opt.threads });
       const b = await llamaRound(model, info.hparams.vocab_size, opt.p, opt.n);
       rounds.push({ loom: a, llama: b, load: load() });
       console.error(`moe_bench: ${name} round ${r + 1}: loom pp ${a.pp.toFixed(1)} tg ` +

@@ -142,6 +142,11 @@ const cases = [
   { name: "mixtral-q4_k", args: [...mixtral, ...kquantShape, "--type", "q4_k", "--seed", "1"] },
   { name: "mixtral-q6_k", args: [...mixtral, ...kquantShape, "--type", "q6_k", "--seed", "1"] },
   { name: "qwen3moe-q4_k", args: [...qwen3moeK, "--type", "q4_k", "--seed", "1"] },
+  // llama.cpp's Q4_K_M mix (Q4_K, Q6_K for the output head and for attn_v and ffn_down of some
+  // layers; with 8 experts attn_v / attn_k Q8_0 and attn_output Q5_K): a dense Llama of all 8
+  // layers of the small shape (Q6_K in layers 0, 3, 6, 7) and Mixtral.
+  { name: "llama-q4_k_m", args: ["--shape", "small", "--type", "q4_k_m", "--seed", "6"] },
+  { name: "mixtral-q4_k_m", args: [...mixtral, ...kquantShape, "--type", "q4_k_m", "--seed", "1"] },
   { name: "deepseek2-f32", args: [...deepseek2, "--type", "f32", "--seed", "1"] },
   { name: "deepseek2-q8_0", args: [...deepseek2, "--type", "q8_0", "--seed", "3"] },
   // The newer layout (attn_k_b / attn_v_b, key_length_mla): llama.cpp's absorbed MLA path.

@@ -3,12 +3,14 @@
 // shapes.  `--arch mixtral|qwen2moe|qwen3moe|deepseek2 --experts E --experts-used K [--expert-ffn
 // F]` makes every layer a mixture of experts; `--peaked` scales the weights so the next-token
 // distribution is peaked (for comparisons with other implementations); `--layers N` keeps the
-// shape but writes N layers (qwen3-30b-a3b: 12 of its 48 fit a shared benchmark machine).  Big
-// models show progress (percent, MB/s) on stderr; the write is atomic.
+// shape but writes N layers (qwen3-30b-a3b: 12 of its 48 fit a shared benchmark machine);
+// `--context N` declares another context length; `--type q4_k_m` writes llama.cpp's Q4_K_M mix.
+// Big models show progress (percent, MB/s) on stderr; the write is atomic.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "loom/base/clock.h"
@@ -74,8 +76,9 @@ void PrintShapes() {
                 static_cast<double>(ParameterCount(s)) / 1e6);
   }
   std::printf(
-      "types: f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k (norm vectors are always f32; k-quants need "
-      "rows of whole 256-value blocks)\n");
+      "types: f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k, and q4_k_m: llama.cpp's Q4_K_M mix (q4_k, "
+      "q6_k for the output and for attn_v and ffn_down of some layers) (norm vectors are always "
+      "f32; k-quants need rows of whole 256-value blocks)\n");
   std::printf(
       "archs: llama, mixtral, qwen2moe, qwen3moe, deepseek2 (--experts, --experts-used, "
       "--expert-ffn; the "
@@ -97,9 +100,13 @@ int RunSynth(const SynthCliOptions& o) {
                  o.shape.c_str());
     return 2;
   }
-  StatusOr<kernels::DType> type = model::ParseDType(o.type);
+  // A llama.cpp mix (q4_k_m) or one type for every matrix.
+  const std::optional<model::QuantMix> mix = model::ParseQuantMix(o.type);
+  StatusOr<kernels::DType> type =
+      mix ? StatusOr<kernels::DType>(model::QuantMixBaseType(*mix)) : model::ParseDType(o.type);
   if (!type.ok()) {
-    std::fprintf(stderr, "loom synth: %s\n", type.status().message().c_str());
+    std::fprintf(stderr, "loom synth: %s; or q4_k_m (llama.cpp's Q4_K_M mix)\n",
+                 type.status().message().c_str());
     return 2;
   }
   StatusOr<model::SynthArch> arch = model::ParseSynthArch(o.arch);
@@ -112,6 +119,7 @@ int RunSynth(const SynthCliOptions& o) {
   if (o.layers > 0) options.shape.n_layers = o.layers;
   if (o.context > 0) options.shape.context_length = o.context;
   options.type = *type;
+  options.mix = mix;
   options.arch = *arch;
   // The shape's own experts unless the flags say otherwise.
   options.n_experts = !o.experts_given && shape->experts > 0 ? shape->experts : o.experts;
@@ -143,8 +151,9 @@ int RunSynth(const SynthCliOptions& o) {
     return 1;
   }
   std::fprintf(stderr, "loom synth: wrote %s (%s %s %.*s, %.2fM parameters, seed %llu) in %.1f s\n",
-               o.out.c_str(), std::string(kernels::Traits(*type).name).c_str(), o.arch.c_str(),
-               static_cast<int>(shape->name.size()), shape->name.data(),
+               o.out.c_str(),
+               std::string(mix ? model::QuantMixName(*mix) : kernels::Traits(*type).name).c_str(),
+               o.arch.c_str(), static_cast<int>(shape->name.size()), shape->name.data(),
                static_cast<double>(ParameterCount(options.shape, &options)) / 1e6,
                static_cast<unsigned long long>(o.seed), watch.Seconds());
   return 0;
@@ -158,8 +167,11 @@ void AddSynthCommand(CLI::App& app, Action* action) {
   sub->add_option("--shape", options->shape,
                   "tiny | small | tinyllama-1.1b | llama2-7b | qwen3-30b-a3b (see --list)")
       ->capture_default_str();
-  sub->add_option("--type", options->type,
-                  "weight type: f32 | f16 | bf16 | q8_0 | q4_0 | q4_k | q5_k | q6_k")
+  sub->add_option(
+         "--type", options->type,
+         "weight type: f32 | f16 | bf16 | q8_0 | q4_0 | q4_k | q5_k | q6_k | q4_k_m (llama.cpp's "
+         "Q4_K_M mix: q4_k, q6_k for output.weight and for attn_v and ffn_down of the "
+         "first and last eighth of the layers and every third between)")
       ->capture_default_str();
   sub->add_option("-o,--output", options->out, "the GGUF file to write");
   sub->add_option(

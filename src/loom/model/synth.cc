@@ -28,9 +28,10 @@ constexpr SynthShape kShapes[] = {
     {"qwen3-30b-a3b", 2048, 6144, 48, 32, 4, 151936, 40960, 1e-6f, 1000000.0f, 128, 128, 8, 768},
 };
 
-// llama.cpp's llama_ftype for a file whose matrices are all of one type.
-uint32_t FileType(DType type) {
-  switch (type) {
+// llama.cpp's llama_ftype of the file: its mix's, or that of matrices all of one type.
+uint32_t FileType(const SynthOptions& o) {
+  if (o.mix) return QuantMixFileType(*o.mix);
+  switch (o.type) {
     case DType::kF32:
       return 0;
     case DType::kF16:
@@ -208,6 +209,22 @@ std::vector<PlannedTensor> PlanTensors(const SynthOptions& o) {
     t.push_back({p + "ffn_up.weight", type, {s.ffn_dim, s.dim}, false, unit});
     t.push_back({p + "ffn_down.weight", type, {s.dim, s.ffn_dim}, false, unit});
   }
+  if (o.mix) {
+    // The matrices (every tensor of the base type; norms, biases and routers are f32) get the
+    // mix's types, in file order as llama.cpp's quantizer counts them.
+    std::vector<std::string> names;
+    std::vector<int64_t> cols;
+    std::vector<size_t> index;
+    for (size_t i = 0; i < t.size(); ++i) {
+      if (t[i].type != type) continue;
+      names.push_back(t[i].name);
+      cols.push_back(t[i].shape.back());
+      index.push_back(i);
+    }
+    const std::vector<DType> types =
+        QuantMixTypes(*o.mix, names, cols, s.n_layers, IsMoe(o) ? o.n_experts : 0);
+    for (size_t k = 0; k < index.size(); ++k) t[index[k]].type = types[k];
+  }
   return t;
 }
 
@@ -221,7 +238,7 @@ Status AddMetadata(const SynthOptions& o, GgufWriter& w) {
   const std::string a = arch + ".";
   w.AddString("general.architecture", arch);
   w.AddString("general.name", "loom-synth-" + std::string(s.name));
-  w.AddU32("general.file_type", FileType(o.type));
+  w.AddU32("general.file_type", FileType(o));
   w.AddU32("general.alignment", static_cast<uint32_t>(kGgufDefaultAlignment));
   w.AddU64("loom.synth.seed", o.seed);
   w.AddU32(a + "context_length", static_cast<uint32_t>(s.context_length));
@@ -302,6 +319,11 @@ Status AddMetadata(const SynthOptions& o, GgufWriter& w) {
 
 Status CheckShape(const SynthOptions& o) {
   const SynthShape& s = o.shape;
+  if (o.mix && o.type != QuantMixBaseType(*o.mix)) {
+    return InvalidArgumentError("synth: the ", QuantMixName(*o.mix), " mix is built on ",
+                                kernels::Traits(QuantMixBaseType(*o.mix)).name, ", not ",
+                                kernels::Traits(o.type).name);
+  }
   const int64_t block = kernels::Traits(o.type).block_elems;
   if (s.dim <= 0 || s.n_heads <= 0 || s.n_kv_heads <= 0 || s.dim % s.n_heads != 0 ||
       s.n_heads % s.n_kv_heads != 0 || (s.dim / s.n_heads) % 2 != 0 || s.ffn_dim <= 0 ||

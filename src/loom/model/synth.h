@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -13,6 +14,7 @@
 #include "loom/base/status.h"
 #include "loom/kernels/dtype.h"
 #include "loom/model/model_file.h"
+#include "loom/model/quant_mix.h"
 
 namespace loom::model {
 
@@ -70,6 +72,9 @@ StatusOr<SynthArch> ParseSynthArch(std::string_view text);
 struct SynthOptions {
   SynthShape shape;
   kernels::DType type = kernels::DType::kF32;  // of every matrix (norm vectors are always f32)
+  // A llama.cpp mix instead (quant_mix.h): each matrix gets the type `llama-quantize` would give
+  // it; `type` must then be the mix's base type (Q4_K_M: Q4_K), whose blocks the rows must fill.
+  std::optional<QuantMix> mix;
   SynthArch arch = SynthArch::kLlama;
   int64_t n_experts = 8;  // mixtures of experts only
   int64_t n_experts_used = 2;

@@ -269,6 +269,90 @@ TEST(Synth, MixturesOfExpertsCarryLlamaCppsKeysAndStackedExperts) {
   EXPECT_NE(s.message().find("only --arch qwen3moe"), std::string::npos) << s.message();
 }
 
+// llama.cpp's `llama-quantize Q4_K_M` on a Llama of 22 layers (TinyLlama's count): Q6_K for the
+// output head and for attn_v and ffn_down of layers 0-1, 19-21 and every third between (4, 7, ...,
+// 16), Q4_K for everything else.
+TEST(Synth, Q4KMMixGivesEachMatrixLlamaQuantizesType) {
+  EXPECT_EQ(ParseQuantMix("Q4_K_M"), QuantMix::kQ4_K_M);
+  EXPECT_EQ(ParseQuantMix("q4_k"), std::nullopt);
+  SynthOptions o;
+  o.shape = {"mix", 256, 512, 22, 4, 2, 512, 256, 1e-5f, 10000.0f};
+  o.type = DType::kQ4_K;
+  o.mix = QuantMix::kQ4_K_M;
+  std::vector<std::byte> bytes;
+  ASSERT_TRUE(WriteSynthModelToMemory(o, &bytes).ok());
+  auto m = OpenModelFromBytes(bytes, "q4_k_m.gguf");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  const auto& t = (*m)->tensors;
+  EXPECT_EQ((*m)->metadata.at("general.file_type"), "15");
+  EXPECT_EQ(t.at("token_embd.weight").type, DType::kQ4_K);
+  EXPECT_EQ(t.at("output.weight").type, DType::kQ6_K);
+  EXPECT_EQ(t.at("output_norm.weight").type, DType::kF32);
+  const std::set<int> more_bits = {0, 1, 4, 7, 10, 13, 16, 19, 20, 21};
+  for (int l = 0; l < 22; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    const DType wide = more_bits.count(l) != 0 ? DType::kQ6_K : DType::kQ4_K;
+    EXPECT_EQ(t.at(p + "attn_v.weight").type, wide) << l;
+    EXPECT_EQ(t.at(p + "ffn_down.weight").type, wide) << l;
+    for (const char* name : {"attn_q.weight", "attn_k.weight", "attn_output.weight",
+                             "ffn_gate.weight", "ffn_up.weight"}) {
+      EXPECT_EQ(t.at(p + name).type, DType::kQ4_K) << p + name;
+    }
+    EXPECT_EQ(t.at(p + "attn_norm.weight").type, DType::kF32);
+  }
+  // The mix is built on Q4_K's blocks.
+  o.type = DType::kQ4_0;
+  const Status s = WriteSynthModelToMemory(o, &bytes);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("built on q4_k"), std::string::npos) << s.message();
+}
+
+// Mixtral (exactly 8 experts): attn_v and attn_k Q8_0, attn_output Q5_K, the experts' ffn_down by
+// the layer in their name; the router stays f32.
+TEST(Synth, Q4KMMixOfEightExpertsFollowsLlamaCppsMixtralRules) {
+  SynthOptions o;
+  o.shape = *FindSynthShape("small");
+  o.shape.n_layers = 2;
+  o.shape.ffn_dim = 256;  // each expert's width: one super-block, quick to quantize
+  o.arch = SynthArch::kMixtral;
+  o.n_experts = 8;
+  o.n_experts_used = 2;
+  o.type = DType::kQ4_K;
+  o.mix = QuantMix::kQ4_K_M;
+  std::vector<std::byte> bytes;
+  ASSERT_TRUE(WriteSynthModelToMemory(o, &bytes).ok());
+  auto m = OpenModelFromBytes(bytes, "mixtral-q4_k_m.gguf");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  const auto& t = (*m)->tensors;
+  for (const std::string p : {"blk.0.", "blk.1."}) {
+    EXPECT_EQ(t.at(p + "attn_v.weight").type, DType::kQ8_0);
+    EXPECT_EQ(t.at(p + "attn_k.weight").type, DType::kQ8_0);
+    EXPECT_EQ(t.at(p + "attn_q.weight").type, DType::kQ4_K);
+    EXPECT_EQ(t.at(p + "attn_output.weight").type, DType::kQ5_K);
+    EXPECT_EQ(t.at(p + "ffn_gate_exps.weight").type, DType::kQ4_K);
+    EXPECT_EQ(t.at(p + "ffn_gate_inp.weight").type, DType::kF32);
+  }
+  // Of 2 layers, use_more_bits picks the last (layer >= 7 * 2 / 8).
+  EXPECT_EQ(t.at("blk.0.ffn_down_exps.weight").type, DType::kQ4_K);
+  EXPECT_EQ(t.at("blk.1.ffn_down_exps.weight").type, DType::kQ6_K);
+}
+
+TEST(QuantMix, UseMoreBitsAndRowsThatAreNotWholeSuperBlocks) {
+  std::vector<int> picked;
+  for (int l = 0; l < 8; ++l) {
+    if (UseMoreBits(l, 8)) picked.push_back(l);
+  }
+  EXPECT_EQ(picked, (std::vector<int>{0, 3, 6, 7}));
+  // Rows of 96 values (3 blocks of 32) fall back to Q8_0, of 100 to F16; experts' layers come
+  // from their names.
+  const std::vector<std::string> names = {"output.weight", "blk.0.attn_v.weight",
+                                          "blk.2.ffn_down.weight", "blk.7.ffn_down_exps.weight",
+                                          "blk.3.ffn_up_exps.weight"};
+  EXPECT_EQ(
+      QuantMixTypes(QuantMix::kQ4_K_M, names, std::vector<int64_t>{96, 100, 256, 256, 256}, 8, 4),
+      (std::vector<DType>{DType::kQ8_0, DType::kF16, DType::kQ4_K, DType::kQ6_K, DType::kQ4_K}));
+}
+
 TEST(Synth, PeakedWeightsHaveGainScaledRowsAndAStrongHead) {
   SynthOptions o = Tiny(DType::kF32);
   o.peaked = true;
