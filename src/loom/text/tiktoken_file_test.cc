@@ -4,6 +4,7 @@
 // (bpe_reference_test.cc).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -106,7 +107,10 @@ TEST(TiktokenRanksTest, MergesEverySplitAtTheRankOfWhatItMakes) {
 class TiktokenDirectoryTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::path(::testing::TempDir()) / "loom_tiktoken_dir";
+    // One directory per process and test: ctest runs this file's tests in parallel processes.
+    dir_ = fs::path(::testing::TempDir()) /
+           ("loom_tiktoken_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
