@@ -112,6 +112,18 @@ export class Machines {
         try { process.kill(p.pid, "SIGKILL"); } catch {}
       }
     }
+    // And whatever those started inside a machine (a daemon's ranks sit in their own process
+    // groups and outlive a killed daemon): every process left in the namespace.
+    for (const n of this.names) {
+      let pids = [];
+      try {
+        pids = execFileSync("ip", ["netns", "pids", this.ns[n]], { encoding: "utf8" })
+          .split(/\s+/).filter(Boolean);
+      } catch {}
+      for (const pid of pids) {
+        try { process.kill(Number(pid), "SIGKILL"); } catch {}
+      }
+    }
     for (const n of this.names) {
       try { ip("netns", "del", this.ns[n]); } catch {}
     }
