@@ -20,10 +20,13 @@
 namespace loom::kernels {
 namespace {
 
+using testing::AllMlxCases;
 using testing::ExpectBatchRowsEqualSingleRows;
 using testing::Expected;
 using testing::ExpectNear;
 using testing::ForEachSimdTarget;
+using testing::MlxCase;
+using testing::MlxCaseName;
 using testing::RandomVector;
 using testing::TestMatrix;
 
@@ -89,16 +92,10 @@ INSTANTIATE_TEST_SUITE_P(KQuants, KQuantTileTest,
 
 // MLX of every width with every group size: rows of whole 128-value chunks and of a partial last
 // chunk (1..3 blocks), every token count.
-struct MlxTileCase {
-  DType type;
-  int64_t group;
-  DType scale_type;
-};
-
-class MlxTileTest : public ::testing::TestWithParam<MlxTileCase> {};
+class MlxTileTest : public ::testing::TestWithParam<MlxCase> {};
 
 TEST_P(MlxTileTest, MatchesReferenceForEveryTokenCount) {
-  const MlxTileCase c = GetParam();
+  const MlxCase c = GetParam();
   base::ThreadPool pool(2, /*spin_microseconds=*/0);
   for (int64_t cols : {32, 64, 96, 128, 224, 256, 384}) {
     if (cols % c.group != 0) continue;
@@ -121,23 +118,7 @@ TEST_P(MlxTileTest, MatchesReferenceForEveryTokenCount) {
   }
 }
 
-std::vector<MlxTileCase> MlxTileCases() {
-  std::vector<MlxTileCase> out;
-  for (DType t :
-       {DType::kMlx2, DType::kMlx3, DType::kMlx4, DType::kMlx5, DType::kMlx6, DType::kMlx8}) {
-    for (int64_t g : {32, 64, 128}) {
-      for (DType s : {DType::kBF16, DType::kF16, DType::kF32}) out.push_back({t, g, s});
-    }
-  }
-  return out;
-}
-
-INSTANTIATE_TEST_SUITE_P(Mlx, MlxTileTest, ::testing::ValuesIn(MlxTileCases()),
-                         [](const ::testing::TestParamInfo<MlxTileCase>& info) {
-                           return std::string(Traits(info.param.type).name) + "_g" +
-                                  std::to_string(info.param.group) + "_" +
-                                  std::string(Traits(info.param.scale_type).name);
-                         });
+INSTANTIATE_TEST_SUITE_P(Mlx, MlxTileTest, ::testing::ValuesIn(AllMlxCases()), MlxCaseName);
 
 // The tile groups of a kact row hold the row's own q, d and half sums in the tile order
 // (kernels_internal.h), with zeros for the missing blocks of a partial last group.

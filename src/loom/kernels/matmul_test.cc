@@ -39,11 +39,14 @@ void operator delete(void* p, size_t) noexcept { std::free(p); }
 namespace loom::kernels {
 namespace {
 
+using testing::AllMlxCases;
 using testing::ExpectBatchRowsEqualSingleRows;
 using testing::Expected;
 using testing::ExpectMatchesReference;
 using testing::ExpectNear;
 using testing::ForEachSimdTarget;
+using testing::MlxCase;
+using testing::MlxCaseName;
 using testing::PackedCopy;
 using testing::RandomVector;
 using testing::TestMatrix;
@@ -382,11 +385,6 @@ TEST(DequantizeRowTest, ReturnsTheStoredRow) {
 
 // Every MLX width with every group size and scale type, against the reference, including row and
 // column range views.
-struct MlxCase {
-  DType type;
-  int64_t group;
-  DType scale_type;
-};
 
 class MlxMatMulTest : public ::testing::TestWithParam<MlxCase> {};
 
@@ -451,23 +449,7 @@ TEST_P(MlxMatMulTest, BatchRowsEqualSingleRowsBitForBit) {
   }
 }
 
-std::vector<MlxCase> AllMlxCases() {
-  std::vector<MlxCase> out;
-  for (DType t :
-       {DType::kMlx2, DType::kMlx3, DType::kMlx4, DType::kMlx5, DType::kMlx6, DType::kMlx8}) {
-    for (int64_t g : {32, 64, 128}) {
-      for (DType s : {DType::kBF16, DType::kF16, DType::kF32}) out.push_back({t, g, s});
-    }
-  }
-  return out;
-}
-
-INSTANTIATE_TEST_SUITE_P(All, MlxMatMulTest, ::testing::ValuesIn(AllMlxCases()),
-                         [](const ::testing::TestParamInfo<MlxCase>& info) {
-                           return std::string(Traits(info.param.type).name) + "_g" +
-                                  std::to_string(info.param.group) + "_" +
-                                  std::string(Traits(info.param.scale_type).name);
-                         });
+INSTANTIATE_TEST_SUITE_P(All, MlxMatMulTest, ::testing::ValuesIn(AllMlxCases()), MlxCaseName);
 
 }  // namespace
 }  // namespace loom::kernels

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "loom/base/thread_pool.h"
@@ -166,6 +167,29 @@ inline void ExpectBatchRowsEqualSingleRows(const MatrixView& w, const float* x, 
                                 << ": batched " << b << ", alone " << a;
     }
   }
+}
+
+// Every MLX width with every group size and scale type, for parameterized tests.
+struct MlxCase {
+  DType type;
+  int64_t group;
+  DType scale_type;
+};
+
+inline std::vector<MlxCase> AllMlxCases() {
+  std::vector<MlxCase> out;
+  for (DType t :
+       {DType::kMlx2, DType::kMlx3, DType::kMlx4, DType::kMlx5, DType::kMlx6, DType::kMlx8}) {
+    for (int64_t g : {32, 64, 128}) {
+      for (DType s : {DType::kBF16, DType::kF16, DType::kF32}) out.push_back({t, g, s});
+    }
+  }
+  return out;
+}
+
+inline std::string MlxCaseName(const ::testing::TestParamInfo<MlxCase>& info) {
+  return std::string(Traits(info.param.type).name) + "_g" + std::to_string(info.param.group) +
+         "_" + std::string(Traits(info.param.scale_type).name);
 }
 
 }  // namespace loom::kernels::testing
