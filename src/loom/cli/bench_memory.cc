@@ -16,13 +16,15 @@ std::span<const std::byte> WeightRegion(const engine::LoadedModel& m) {
   return largest;
 }
 
-WeightPages MeasureWeightPages(const engine::LoadedModel& m, int threads) {
-  WeightPages w;
+double MeasureWeightPagesBandwidth(const engine::LoadedModel& m, int threads) {
+  return base::MeasureReadBandwidth(WeightRegion(m), threads, 2);
+}
+
+double WeightHugePageFraction(const engine::LoadedModel& m) {
   const std::span<const std::byte> region = WeightRegion(m);
-  w.bytes = static_cast<int64_t>(region.size());
-  w.bytes_per_s = base::MeasureReadBandwidth(region, threads, 2);
-  w.huge_page_bytes = base::HugePageBytes(region.data(), w.bytes);
-  return w;
+  const int64_t size = static_cast<int64_t>(region.size());
+  const int64_t huge = base::HugePageBytes(region.data(), size);
+  return huge < 0 || size == 0 ? -1 : static_cast<double>(huge) / static_cast<double>(size);
 }
 
 }  // namespace loom::cli

@@ -5,24 +5,21 @@
 #pragma once
 
 #include <cstddef>
-#include <cstdint>
 #include <span>
 
 #include "loom/engine/loaded_model.h"
 
 namespace loom::cli {
 
-struct WeightPages {
-  double bytes_per_s = 0;        // reading the region, best of two passes
-  int64_t bytes = 0;             // size of the region
-  int64_t huge_page_bytes = -1;  // of it backed by huge pages; -1: the OS does not say
-};
-
 // The memory the decode loop reads its matrices from: the weight copy when there is one, else the
 // model file's largest mapping.
 std::span<const std::byte> WeightRegion(const engine::LoadedModel& m);
 
-// Two passes over the weight region (~20 ms for 0.6 GB) and the huge-page count.
-WeightPages MeasureWeightPages(const engine::LoadedModel& m, int threads);
+// Bytes/s of two passes over the weight region (~20 ms for 0.6 GB): run beside every round.
+double MeasureWeightPagesBandwidth(const engine::LoadedModel& m, int threads);
+
+// The share of the weight region backed by huge pages (reads /proc/self/smaps: once per run), or
+// -1 where the OS does not say.
+double WeightHugePageFraction(const engine::LoadedModel& m);
 
 }  // namespace loom::cli

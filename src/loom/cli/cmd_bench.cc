@@ -221,7 +221,6 @@ int Bench(const BenchOptions& o) {
   std::fprintf(stderr, "bench: %d threads; bandwidth probed before and after every round\n",
                threads);
   std::vector<double> pp, tg, bw_round, frac_round, bw_before, bw_after, weights_bw_round;
-  WeightPages pages;
   for (int r = 0; r <= o.repeats; ++r) {  // run 0 warms up (pages the weights in)
     const double before = r == 0 ? 0 : ProbeBandwidth(threads);
     auto round = RunRound(f, prompt, o.depth, o.gen_tokens, logits);
@@ -229,8 +228,7 @@ int Bench(const BenchOptions& o) {
     if (r == 0) continue;
     const double after = ProbeBandwidth(threads);
     const double bw = std::max(before, after);
-    pages = MeasureWeightPages(m, threads);
-    weights_bw_round.push_back(pages.bytes_per_s);
+    weights_bw_round.push_back(MeasureWeightPagesBandwidth(m, threads));
     pp.push_back(round->prompt_tokens_per_s);
     tg.push_back(round->gen_tokens_per_s);
     bw_before.push_back(before);
@@ -242,16 +240,13 @@ int Bench(const BenchOptions& o) {
                  "GB/s (%.1f before, %.1f after; the weights' own pages %.1f): roofline %.1f "
                  "tokens/s, reached %.0f%%\n",
                  r, pp.back(), tg.back(), bw / 1e9, before / 1e9, after / 1e9,
-                 pages.bytes_per_s / 1e9, bw / bytes, 100 * frac_round.back());
+                 weights_bw_round.back() / 1e9, bw / bytes, 100 * frac_round.back());
   }
   const double bandwidth = *std::max_element(bw_round.begin(), bw_round.end());
   const double roofline = bandwidth / bytes;
   const double pp_med = Median(pp), tg_med = Median(tg);
   const std::string kv_name(kernels::KvTypeName(f.cache().type()));
-  const double huge_fraction =
-      pages.huge_page_bytes < 0 || pages.bytes == 0
-          ? -1
-          : static_cast<double>(pages.huge_page_bytes) / static_cast<double>(pages.bytes);
+  const double huge_fraction = WeightHugePageFraction(m);
   const char* experts = !m.file->hparams.is_moe() || !m.weights_copied ? ""
                         : m.experts_copied                             ? ", experts too"
                                                                        : ", experts mapped";
@@ -294,7 +289,7 @@ int Bench(const BenchOptions& o) {
     } else {
       std::printf("weights          %s%s, %.0f%% of %.1f MB in huge pages\n",
                   m.weights_copied ? "copied" : "mapped", experts, 100 * huge_fraction,
-                  static_cast<double>(pages.bytes) / 1e6);
+                  static_cast<double>(WeightRegion(m).size()) / 1e6);
     }
     std::printf("kv cache         %s, depth %lld (filled in %.1f s, not timed)\n", kv_name.c_str(),
                 static_cast<long long>(o.depth), fill_seconds);
