@@ -113,6 +113,16 @@ struct Case {
   bool mla_split;
 };
 
+// The largest |a - b| / max(1, |b|) over the logits.
+double WorstRelativeDifference(const std::vector<float>& a, const std::vector<float>& b) {
+  double worst = 0;
+  for (size_t i = 0; i < b.size(); ++i) {
+    worst = std::max(worst, std::abs(static_cast<double>(a[i]) - b[i]) /
+                                std::max(1.0, std::abs(static_cast<double>(b[i]))));
+  }
+  return worst;
+}
+
 class ExpertParallelTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(ExpertParallelTest, GroupsGiveOneProcesssTokens) {
@@ -130,11 +140,7 @@ TEST_P(ExpertParallelTest, GroupsGiveOneProcesssTokens) {
     ASSERT_TRUE(ep.status.ok()) << ranks << ": " << ep.status.ToString();
     EXPECT_EQ(ep.tokens, one.tokens) << ranks << " ranks";
     ASSERT_EQ(ep.logits.size(), one.logits.size());
-    double worst = 0;
-    for (size_t i = 0; i < one.logits.size(); ++i) {
-      worst = std::max(worst, std::abs(static_cast<double>(ep.logits[i]) - one.logits[i]) /
-                                  std::max(1.0, std::abs(static_cast<double>(one.logits[i]))));
-    }
+    const double worst = WorstRelativeDifference(ep.logits, one.logits);
     EXPECT_LT(worst, 1e-3) << ranks << " ranks";
     // The experts are dealt out in consecutive ranges, each rank holding only its own.
     int64_t next = 0;
@@ -174,11 +180,7 @@ TEST_P(ExpertParallelTest, RowPartsGiveOneProcesssTokens) {
     ASSERT_TRUE(ep.status.ok()) << ranks << ": " << ep.status.ToString();
     EXPECT_EQ(ep.tokens, one.tokens) << ranks << " ranks";
     ASSERT_EQ(ep.logits.size(), one.logits.size());
-    double worst = 0;
-    for (size_t i = 0; i < one.logits.size(); ++i) {
-      worst = std::max(worst, std::abs(static_cast<double>(ep.logits[i]) - one.logits[i]) /
-                                  std::max(1.0, std::abs(static_cast<double>(one.logits[i]))));
-    }
+    const double worst = WorstRelativeDifference(ep.logits, one.logits);
     // The experts' outputs are one process's bits (moe_test), but attention's and the shared
     // experts' partial sums differ in the last bits as under whole experts; where such a bit tips
     // the rounding of an 8-bit activation (Q8_0, Q4_0 products), the prompt's cache moves by a
