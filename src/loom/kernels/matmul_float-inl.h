@@ -92,7 +92,9 @@ void FloatRows(const MatrixView& w, int64_t row_begin, int64_t row_end, const fl
   constexpr int64_t kPrefetchBytes = 8192;
   const int64_t cols = w.cols;
   const int64_t row_bytes = std::max<int64_t>(1, cols * static_cast<int64_t>(sizeof(W)));
-  const int64_t ahead_rows = (kPrefetchBytes + row_bytes - 1) / row_bytes;
+  // Whole row tiles ahead: less than a tile ahead re-prefetches rows of the current tile.
+  const int64_t ahead_rows =
+      (kPrefetchBytes + kRows * row_bytes - 1) / (kRows * row_bytes) * kRows;
   const auto row_ptr = [&](int64_t r) { return w.data + r * w.row_stride; };
   // Activation rows are processed in chunks that stay in L2 (~256 KiB) while every row tile of
   // this thread's weights passes over them.

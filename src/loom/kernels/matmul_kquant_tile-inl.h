@@ -650,8 +650,9 @@ LOOM_KERNELS_VNNI_ATTR void KTileRows(const MatrixView& w, int64_t row_begin, in
   const int64_t block_bytes8 =
       kType == DType::kMlx4 ? Traits(w.type).block_bytes * 8 : Traits(kType).block_bytes;
   const int64_t row_bytes = std::max<int64_t>(1, w.cols / 32 * block_bytes8 / 8);
-  // Whole rows ahead, so that the prefetched bytes are those the same tile position will read.
-  const int64_t prefetch_rows = (kPrefetchBytes + row_bytes - 1) / row_bytes;
+  // Whole quads ahead, so that the prefetched bytes are those the same tile position of a later
+  // quad will read (see QuantRows).
+  const int64_t prefetch_rows = (kPrefetchBytes + 4 * row_bytes - 1) / (4 * row_bytes) * 4;
   const int64_t chunk =
       std::max<int64_t>(kKTileActs, (int64_t{512} << 10) / tile_bytes / kKTileActs * kKTileActs);
   KMlxQuad quad;
