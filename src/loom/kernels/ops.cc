@@ -5,6 +5,7 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 
 #include <cmath>
+#include <cstring>
 
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
@@ -131,9 +132,19 @@ void SwiGluImpl(const float* gate, const float* up, int64_t n, float* out) {
     const auto silu = hn::Div(g, hn::Add(one, ClampedExp(df, hn::Neg(g))));
     hn::StoreU(hn::Mul(silu, hn::LoadU(df, up + i)), df, out + i);
   }
-  for (; i < n; ++i) {
-    const float g = gate[i];
-    out[i] = g / (1.0f + std::exp(-g)) * up[i];
+  // The tail in a vector with the same arithmetic: an element's bits must not depend on
+  // where it falls in the array (a scalar std::exp tail gave the rows of a tensor or expert
+  // parallel part, whose length is not a multiple of the lanes, other bits than one process).
+  // (Copied through zero-padded buffers: this Highway's MaskedLoad reads whole aligned vectors.)
+  if (i < n) {
+    const size_t rest = static_cast<size_t>(n - i);
+    HWY_ALIGN float g_buf[hn::MaxLanes(df)] = {}, u_buf[hn::MaxLanes(df)] = {};
+    std::memcpy(g_buf, gate + i, rest * sizeof(float));
+    std::memcpy(u_buf, up + i, rest * sizeof(float));
+    const auto g = hn::Load(df, g_buf);
+    const auto silu = hn::Div(g, hn::Add(one, ClampedExp(df, hn::Neg(g))));
+    hn::Store(hn::Mul(silu, hn::Load(df, u_buf)), df, g_buf);
+    std::memcpy(out + i, g_buf, rest * sizeof(float));
   }
 }
 
@@ -155,7 +166,14 @@ void AxpyImpl(float alpha, const float* x, int64_t n, float* y) {
   for (; i + lanes <= n; i += lanes) {
     hn::StoreU(hn::MulAdd(va, hn::LoadU(df, x + i), hn::LoadU(df, y + i)), df, y + i);
   }
-  for (; i < n; ++i) y[i] += alpha * x[i];
+  if (i < n) {  // the same fused multiply-add on the padded tail (see SwiGluImpl)
+    const size_t rest = static_cast<size_t>(n - i);
+    HWY_ALIGN float x_buf[hn::MaxLanes(df)] = {}, y_buf[hn::MaxLanes(df)] = {};
+    std::memcpy(x_buf, x + i, rest * sizeof(float));
+    std::memcpy(y_buf, y + i, rest * sizeof(float));
+    hn::Store(hn::MulAdd(va, hn::Load(df, x_buf), hn::Load(df, y_buf)), df, y_buf);
+    std::memcpy(y + i, y_buf, rest * sizeof(float));
+  }
 }
 
 void ScaleImpl(float alpha, int64_t n, float* x) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "loom/kernels/kernels_test_util.h"
@@ -178,6 +179,39 @@ TEST(OpsTest, SwiGluMatchesReferenceIncludingLargeGates) {
       auto inplace = gate;
       SwiGlu(inplace.data(), up.data(), n, inplace.data());
       EXPECT_EQ(inplace, out);
+    }
+  });
+}
+
+// Element-wise ops give an element the same bits wherever it falls: a slice of the arrays (a
+// tensor- or expert-parallel part of rows, any start, any length) computes what the whole did.
+// Slices of 1 and 3 elements at every start put each element in a vector's tail.  (A scalar
+// std::exp tail in SwiGlu differed from the vector exp on a few elements in a thousand: an expert
+// part starting at row 168 gave other bits than one process.)
+TEST(OpsTest, SwiGluAndAxpyGiveEachElementTheSameBitsAtAnyOffsetAndLength) {
+  ForEachSimdTarget([] {
+    const int64_t n = 4096;
+    const auto gate = RandomVector(n, 11, 8.0f);
+    const auto up = RandomVector(n, 12);
+    const auto y0 = RandomVector(n, 13);
+    std::vector<float> whole(static_cast<size_t>(n)), whole_axpy = y0;
+    SwiGlu(gate.data(), up.data(), n, whole.data());
+    Axpy(0.37f, gate.data(), n, whole_axpy.data());
+    for (int64_t len : {1, 3, 19}) {
+      for (int64_t begin = 0; begin + len <= n; ++begin) {
+        float part[19], part_axpy[19];
+        SwiGlu(gate.data() + begin, up.data() + begin, len, part);
+        std::memcpy(part_axpy, y0.data() + begin, static_cast<size_t>(len) * sizeof(float));
+        Axpy(0.37f, gate.data() + begin, len, part_axpy);
+        for (int64_t i = 0; i < len; ++i) {
+          ASSERT_EQ(std::memcmp(&part[i], &whole[static_cast<size_t>(begin + i)], sizeof(float)), 0)
+              << "SwiGlu element " << begin + i << " of a slice [" << begin << ", +" << len << ")";
+          ASSERT_EQ(std::memcmp(&part_axpy[i], &whole_axpy[static_cast<size_t>(begin + i)],
+                                sizeof(float)),
+                    0)
+              << "Axpy element " << begin + i << " of a slice [" << begin << ", +" << len << ")";
+        }
+      }
     }
   });
 }

@@ -176,12 +176,10 @@ Status BindSharedExperts(const ModelFile& file, const std::string& p, Transforme
 
 ExpertRows ExpertRowsOf(const HParams& hp, const LocalDims& d) {
   const int64_t p = d.expert_part, parts = d.expert_parts;
-  // Part boundaries on multiples of 16 rows, so that every row's products run in the same tile
-  // position as in one process: the AVX-512 Q5_K kernel gave a view starting at row 168 (8 mod 16)
-  // other bits than one process (7 tokens, MoeBlockTest.RowParts...), at 160 the same; why is
-  // not found yet (4-row cuts suffice for the other types).
+  // Part boundaries on the kernels' 4-row tiles: the products and the elementwise ops give each
+  // row the same bits wherever a part starts (ops_test ...AnyOffsetAndLength).
   auto cut = [parts](int64_t rows, int64_t i) {
-    return i >= parts ? rows : i * rows / parts / 16 * 16;
+    return i >= parts ? rows : i * rows / parts / 4 * 4;
   };
   ExpertRows r;
   r.ffn_begin = cut(hp.expert_ffn_dim, p);

@@ -144,8 +144,8 @@ StatusOr<ParallelPlan> MakePlan(const model::ModelFile& file, const PlanRequest&
     return InvalidArgumentError("plan: ep=", group_size, " ranks but only ", hp.n_experts,
                                 " experts per layer");
   }
-  // Row parts split on 16-row boundaries (model::ExpertRowsOf): each rank needs at least 16 rows.
-  if (ep && !req.ep_whole_experts && std::min(hp.expert_ffn_dim, hp.dim) < 16 * group_size) {
+  // Row parts split on 4-row tiles (model::ExpertRowsOf): each rank needs at least one tile.
+  if (ep && !req.ep_whole_experts && std::min(hp.expert_ffn_dim, hp.dim) < 4 * group_size) {
     return InvalidArgumentError("plan: ep=", group_size, " ranks but experts of only ",
                                 std::min(hp.expert_ffn_dim, hp.dim), " rows to split");
   }
