@@ -69,24 +69,8 @@ TEST(KvCacheTest, StoredQ8RowsReadBackWithinHalfAStep) {
   }
 }
 
-struct Loaded {
-  std::unique_ptr<ModelFile> file;
-  std::unique_ptr<TransformerWeights> weights;
-  std::unique_ptr<Transformer> model;
-};
-
-Loaded Load(std::unique_ptr<ModelFile> file, base::ThreadPool& pool, TransformerOptions options) {
-  Loaded l;
-  l.file = std::move(file);
-  auto w = BindWeights(*l.file);
-  EXPECT_TRUE(w.ok()) << w.status().ToString();
-  if (!w.ok()) return l;
-  l.weights = std::make_unique<TransformerWeights>(std::move(*w));
-  auto t = Transformer::Create(*l.weights, options, pool);
-  EXPECT_TRUE(t.ok()) << t.status().ToString();
-  if (t.ok()) l.model = std::move(*t);
-  return l;
-}
+using testing::Load;
+using testing::Loaded;
 
 Loaded LoadStories(const std::string& shared, base::ThreadPool& pool, TransformerOptions options) {
   auto file = OpenModel(shared + "/models/stories260K/stories260K.gguf");

@@ -1,5 +1,6 @@
-// Test-only helpers for the model tests: small GGUF and llama2.c files built in memory, and byte
-// patching for the bad-input tests.  Included by *_test.cc files only.
+// Test-only helpers for the model tests: small GGUF and llama2.c files built in memory, byte
+// patching for the bad-input tests, and a model file bound into a forward pass.  Included by
+// *_test.cc files only.
 #pragma once
 
 #include <cstddef>
@@ -12,11 +13,15 @@
 #include <string_view>
 #include <vector>
 
+#include <gtest/gtest.h>
+
+#include "loom/base/thread_pool.h"
 #include "loom/kernels/dtype.h"
 #include "loom/kernels/quantize.h"
 #include "loom/model/gguf_writer.h"
 #include "loom/model/model_file.h"
 #include "loom/model/synth.h"
+#include "loom/model/transformer.h"
 
 namespace loom::model::testing {
 
@@ -241,6 +246,28 @@ inline SynthMoe MakeSynthMoe(SynthArch arch, kernels::DType type, int64_t expert
     m.error = f.status().ToString();
   }
   return m;
+}
+
+// A model file with its weights bound and a forward pass over them.  After a failure (reported as
+// a test failure) the members from the failed step on are null.
+struct Loaded {
+  std::unique_ptr<ModelFile> file;
+  std::unique_ptr<TransformerWeights> weights;
+  std::unique_ptr<Transformer> model;
+};
+
+inline Loaded Load(std::unique_ptr<ModelFile> file, base::ThreadPool& pool,
+                   TransformerOptions options = {}) {
+  Loaded l;
+  l.file = std::move(file);
+  auto w = BindWeights(*l.file);
+  EXPECT_TRUE(w.ok()) << w.status().ToString();
+  if (!w.ok()) return l;
+  l.weights = std::make_unique<TransformerWeights>(std::move(*w));
+  auto t = Transformer::Create(*l.weights, options, pool);
+  EXPECT_TRUE(t.ok()) << t.status().ToString();
+  if (t.ok()) l.model = std::move(*t);
+  return l;
 }
 
 }  // namespace loom::model::testing

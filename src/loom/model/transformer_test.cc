@@ -11,30 +11,18 @@
 #include <nlohmann/json.hpp>
 
 #include "loom/base/testing.h"
+#include "loom/model/model_test_util.h"
 
 namespace loom::model {
 namespace {
 
-struct Loaded {
-  std::unique_ptr<ModelFile> file;
-  std::unique_ptr<TransformerWeights> weights;
-  std::unique_ptr<Transformer> model;
-};
+using testing::Loaded;
 
 Loaded Load(const std::string& path, base::ThreadPool& pool, TransformerOptions options = {}) {
-  Loaded l;
   auto file = OpenModel(path);
   EXPECT_TRUE(file.ok()) << file.status().ToString();
-  if (!file.ok()) return l;
-  l.file = std::move(*file);
-  auto w = BindWeights(*l.file);
-  EXPECT_TRUE(w.ok()) << w.status().ToString();
-  if (!w.ok()) return l;
-  l.weights = std::make_unique<TransformerWeights>(std::move(*w));
-  auto t = Transformer::Create(*l.weights, options, pool);
-  EXPECT_TRUE(t.ok()) << t.status().ToString();
-  if (t.ok()) l.model = std::move(*t);
-  return l;
+  if (!file.ok()) return {};
+  return testing::Load(std::move(*file), pool, options);
 }
 
 nlohmann::json ReadJson(const std::string& path) {
