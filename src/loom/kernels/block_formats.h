@@ -19,6 +19,13 @@ inline uint16_t LoadU16(const std::byte* p) {
 
 inline float LoadF16(const std::byte* p) { return base::F16ToF32(LoadU16(p)); }
 
+// Bytes of a Q8_0 block (f16 d, 32 int8) and of a Q4_0 block (f16 d, 16 bytes of nibbles).
+inline constexpr int64_t kQ8_0BlockBytes = 34;
+inline constexpr int64_t kQ4_0BlockBytes = 18;
+constexpr int64_t QuantBlockBytes(DType type) {
+  return type == DType::kQ8_0 ? kQ8_0BlockBytes : kQ4_0BlockBytes;
+}
+
 // Byte offsets inside the K-quant super-blocks (dtype.h).
 inline constexpr int64_t kQK = 256;         // values per super-block
 inline constexpr int64_t kQ4KBlockBytes = 144;  // bytes per super-block (= Traits().block_bytes)

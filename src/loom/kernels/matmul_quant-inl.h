@@ -21,8 +21,9 @@
 // batched prompt, and a continuation that prefills streamed tokens goes on with the same text.
 // (An n = 1 path with one f32 accumulator per row and per-lane multiply-adds rounded differently
 // and was measured no faster: docs/benchmarks.md.)
-// Other targets: a portable Highway path, one block at a time with int16 multiply-adds, each output
-// one dot product computed the same way for every n.
+// AVX2 (and AVX3 without VNNI): the same quad tiles on 256-bit halves, with the same bits
+// (matmul_quant_avx2-inl.h).  Other targets: a portable Highway path, one block at a time with
+// int16 multiply-adds, each output one dot product computed the same way for every n.
 
 #if defined(LOOM_KERNELS_MATMUL_QUANT_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef LOOM_KERNELS_MATMUL_QUANT_INL_H_
@@ -37,14 +38,16 @@
 
 #include "hwy/highway.h"
 #include "loom/base/half.h"
+#include "loom/kernels/block_formats.h"
 #include "loom/kernels/kernels_internal.h"
+#include "loom/kernels/matmul_quant_avx2-inl.h"
 #include "loom/kernels/stream_avx3-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace loom::kernels::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-constexpr int64_t QuantBlockBytes(DType type) { return type == DType::kQ8_0 ? 34 : 18; }
+using internal::QuantBlockBytes;
 
 HWY_INLINE float LoadF16AsF32(const std::byte* p) {
   uint16_t bits;
@@ -253,8 +256,20 @@ HWY_INLINE LOOM_KERNELS_VNNI_ATTR void QuadTile(const std::byte* const* rows, in
 // temporaries fit the 32 vector registers (measured: 8 beats 2, 4, 6, 10, 12 and 16).
 inline constexpr int kTileActs = 8;
 
+#endif  // HWY_TARGET == HWY_AVX3_DL
+
+#if HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
+
+// The quad tiles' attribute: VNNI inside AVX3_DL only.
+#undef LOOM_KERNELS_QUAD_ATTR
+#if HWY_TARGET == HWY_AVX3_DL
+#define LOOM_KERNELS_QUAD_ATTR LOOM_KERNELS_VNNI_ATTR
+#else
+#define LOOM_KERNELS_QUAD_ATTR
+#endif
+
 template <DType kType>
-LOOM_KERNELS_VNNI_ATTR void QuantRows(const MatrixView& w, int64_t row_begin, int64_t row_end,
+LOOM_KERNELS_QUAD_ATTR void QuantRows(const MatrixView& w, int64_t row_begin, int64_t row_end,
                                       const std::byte* xq, int64_t n, float* y, int64_t y_stride) {
   const int64_t blocks = w.cols / 32;
   const int64_t xq_stride = internal::QActRowBytes(w.cols);
@@ -359,7 +374,7 @@ void QuantRows(const MatrixView& w, int64_t row_begin, int64_t row_end, const st
   }
 }
 
-#endif  // HWY_TARGET == HWY_AVX3_DL
+#endif  // x86 quad tiles
 
 }  // namespace loom::kernels::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();

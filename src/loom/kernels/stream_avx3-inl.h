@@ -1,6 +1,7 @@
-// Helpers of the AVX3_DL matrix-vector kernels that stream weights from memory (matmul_quant-inl.h,
-// matmul_kquant-inl.h): software prefetch ahead of the rows being multiplied, and masks for loads
-// at the ends of rows.  Included once per SIMD target; empty except for AVX3_DL.
+// Helpers of the x86 matrix-vector kernels that stream weights from memory (matmul_quant-inl.h,
+// matmul_quant_avx2-inl.h, matmul_kquant-inl.h): software prefetch ahead of the rows being
+// multiplied (AVX2, AVX3, AVX3_DL), and masks for loads at the ends of rows (AVX3_DL).  Included
+// once per SIMD target.
 
 #if defined(LOOM_KERNELS_STREAM_AVX3_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef LOOM_KERNELS_STREAM_AVX3_INL_H_
@@ -18,7 +19,7 @@
 HWY_BEFORE_NAMESPACE();
 namespace loom::kernels::HWY_NAMESPACE {
 
-#if HWY_TARGET == HWY_AVX3_DL
+#if HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX2
 
 // How far ahead of the rows being multiplied the weights are prefetched (8 KiB measured best of
 // 2-16 KiB for the n = 1 Q4_0 path on Zen 5; rows of quantized weights are short, ~1-3 KiB, too
@@ -35,6 +36,10 @@ HWY_INLINE void PrefetchAhead(const std::byte* p, int64_t offset) {
     hwy::Prefetch(reinterpret_cast<const std::byte*>(address + static_cast<uintptr_t>(b)));
   }
 }
+
+#endif
+
+#if HWY_TARGET == HWY_AVX3_DL
 
 // Mask of the first `count` lanes of a vector of up to 64 (none if count <= 0).  Masked-out
 // elements of a load are never read, so loads near the end of a mapping cannot fault.

@@ -1,0 +1,190 @@
+// Q8_0 and Q4_0 quad tiles for AVX2 (and AVX-512 without VNNI/VBMI, the AVX3 target), included by
+// matmul_quant-inl.h once per SIMD target; empty for other targets.
+//
+// The same scheme as the AVX3_DL tiles, on 256-bit vectors: a group of 4 blocks (128 values) of a
+// quad of 4 rows is taken in two halves, blocks (0, 1) and (2, 3); half h of the qact group (its
+// bytes [32h, 32h + 32) of lo, hi, corrections and scales) meets the half's quants decoded as
+// bytes in the qact order.  AVX2 has no vpdpbusd: vpmaddubsw (unsigned x signed bytes, adjacent
+// pairs summed into int16) and vpmaddwd with ones give the same 4-value int32 lanes exactly (Q4_0
+// pairs are at most 2 * 15 * 127, no saturation; Q8_0 multiplies |w| by x with w's sign, as
+// llama.cpp does, at most 2 * 128 * 127 per pair, and its lo and hi halves are widened apart).
+// In-lane unpacks gather the 4 rows' lanes into one vector with a lane per (block, row), whose
+// f32 part (convert, scale by d_w * d_x, fused multiply-add) is lane for lane the AVX3_DL one:
+// each lane's chain of multiply-adds runs over the groups in order, and a row's 4 block lanes are
+// added as (b0 + b2) + (b1 + b3) at the end.  So this path gives the AVX3_DL path's bits, and a
+// position decoded alone the bits it has inside a batched prompt.
+//
+// Decode (one activation row) takes both halves of a group before the next group, so the rows
+// stream in order; batched tiles take all groups of half 0, then of half 1 (16 ymm registers
+// hold one half of a quad and the accumulators of kTileActs activation rows).
+
+#if defined(LOOM_KERNELS_MATMUL_QUANT_AVX2_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef LOOM_KERNELS_MATMUL_QUANT_AVX2_INL_H_
+#undef LOOM_KERNELS_MATMUL_QUANT_AVX2_INL_H_
+#else
+#define LOOM_KERNELS_MATMUL_QUANT_AVX2_INL_H_
+#endif
+
+#include <cstring>
+
+#include "hwy/highway.h"
+#include "loom/kernels/block_formats.h"
+#include "loom/kernels/kernels_internal.h"
+#include "loom/kernels/stream_avx3-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace loom::kernels::HWY_NAMESPACE {
+
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
+
+// Activation rows per batched tile: half a quad (8 registers) and 4 accumulators.
+inline constexpr int kTileActs = 4;
+
+// Half h of one row's group (at p), as bytes in the qact order: blocks 2h, 2h + 1 in the two
+// 128-bit lanes, values 0..15 in lo, 16..31 in hi.  Q4_0: unsigned nibbles (q + 8); Q8_0: the
+// signed quants.
+template <DType kType>
+HWY_INLINE void DecodeHalf(const std::byte* p, int h, __m256i* lo, __m256i* hi) {
+  constexpr int64_t kB = internal::QuantBlockBytes(kType);
+  const std::byte* b0 = p + 2 * h * kB + 2;  // quants of block 2h
+  const std::byte* b1 = b0 + kB;             // of block 2h + 1
+  const auto load = [](const std::byte* q) {
+    return _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
+  };
+  if constexpr (kType == DType::kQ4_0) {
+    const __m256i bytes = _mm256_set_m128i(load(b1), load(b0));
+    const __m256i nibble = _mm256_set1_epi8(0x0F);
+    *lo = _mm256_and_si256(bytes, nibble);
+    *hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble);
+  } else {
+    *lo = _mm256_set_m128i(load(b1), load(b0));
+    *hi = _mm256_set_m128i(load(b1 + 16), load(b0 + 16));
+  }
+}
+
+// f32 lane 4s + r: the scale of block 2h + s of row r (groups[r] = row r's group).
+template <DType kType>
+HWY_INLINE __m256 HalfScales(const std::byte* const* groups, int h) {
+  constexpr int64_t kB = internal::QuantBlockBytes(kType);
+  uint64_t s0 = 0, s1 = 0;
+  for (int r = 0; r < 4; ++r) {
+    s0 |= static_cast<uint64_t>(internal::LoadU16(groups[r] + 2 * h * kB)) << (16 * r);
+    s1 |= static_cast<uint64_t>(internal::LoadU16(groups[r] + (2 * h + 1) * kB)) << (16 * r);
+  }
+  return _mm256_cvtph_ps(
+      _mm_set_epi64x(static_cast<int64_t>(s1), static_cast<int64_t>(s0)));
+}
+
+// Lane 4s+r of the result = the sum of the 4 lanes of block s (lanes 4s..4s+3) of v[r] (the
+// in-lane unpacks of the AVX3_DL SumBlockLanes, on 256 bits).
+HWY_INLINE __m256i SumBlockLanes256(const __m256i (&v)[4]) {
+  const __m256i s01 = _mm256_add_epi32(_mm256_unpacklo_epi32(v[0], v[1]),
+                                       _mm256_unpackhi_epi32(v[0], v[1]));
+  const __m256i s23 = _mm256_add_epi32(_mm256_unpacklo_epi32(v[2], v[3]),
+                                       _mm256_unpackhi_epi32(v[2], v[3]));
+  return _mm256_add_epi32(_mm256_unpacklo_epi64(s01, s23), _mm256_unpackhi_epi64(s01, s23));
+}
+
+// acc[a][h] (lane 4s + r) += half h of the products of the quad's group (groups[r]) with the
+// qact group of activation row a (at x + a * xq_stride).
+template <DType kType, int kActs>
+HWY_INLINE void HalfStep(__m256 (&acc)[kActs][2], int h, const std::byte* const* groups,
+                         const std::byte* x, int64_t xq_stride) {
+  __m256i lo[4], hi[4];
+  for (int r = 0; r < 4; ++r) DecodeHalf<kType>(groups[r], h, &lo[r], &hi[r]);
+  const __m256 d = HalfScales<kType>(groups, h);
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int a = 0; a < kActs; ++a) {
+    const std::byte* xa = x + a * xq_stride;
+    const auto load = [&](int64_t offset) {
+      return _mm256_load_si256(reinterpret_cast<const __m256i*>(xa + offset + 32 * h));
+    };
+    const __m256i x_lo = load(internal::kQActLo);
+    const __m256i x_hi = load(internal::kQActHi);
+    __m256i sums[4];
+    for (int r = 0; r < 4; ++r) {
+      if constexpr (kType == DType::kQ4_0) {
+        const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(lo[r], x_lo),
+                                               _mm256_maddubs_epi16(hi[r], x_hi));
+        sums[r] = _mm256_madd_epi16(pairs, ones);
+      } else {
+        const __m256i p_lo =
+            _mm256_maddubs_epi16(_mm256_abs_epi8(lo[r]), _mm256_sign_epi8(x_lo, lo[r]));
+        const __m256i p_hi =
+            _mm256_maddubs_epi16(_mm256_abs_epi8(hi[r]), _mm256_sign_epi8(x_hi, hi[r]));
+        sums[r] = _mm256_add_epi32(_mm256_madd_epi16(p_lo, ones), _mm256_madd_epi16(p_hi, ones));
+      }
+    }
+    __m256i isum = SumBlockLanes256(sums);
+    if constexpr (kType == DType::kQ4_0) {
+      // The 4 correction lanes of a block, -2 * sum(x) each, remove the nibbles' offset of 8.
+      isum = _mm256_add_epi32(isum, _mm256_slli_epi32(load(internal::kQActCorr), 2));
+    }
+    const __m256 scale =
+        _mm256_mul_ps(d, _mm256_load_ps(reinterpret_cast<const float*>(
+                             xa + internal::kQActScale + 32 * h)));
+    acc[a][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc[a][h]);
+  }
+}
+
+// y[a * y_stride + r] = dot(row r, activation row a) for r < rows_valid (<= 4), a < kActs; rows
+// past rows_valid repeat a valid row and are not stored.  With prefetch_offset != 0, also
+// prefetches the weights that far ahead of each row.
+template <DType kType, int kActs>
+HWY_INLINE void QuadTile(const std::byte* const* rows, int rows_valid, int64_t prefetch_offset,
+                         int64_t blocks, const std::byte* xq, int64_t xq_stride, float* y,
+                         int64_t y_stride) {
+  constexpr int64_t kGroupBytes = 4 * internal::QuantBlockBytes(kType);
+  __m256 acc[kActs][2];
+  for (int a = 0; a < kActs; ++a) acc[a][0] = acc[a][1] = _mm256_setzero_ps();
+  const int64_t full = blocks / 4;
+  const auto groups_of = [&](int64_t g, const std::byte* (&groups)[4]) {
+    for (int r = 0; r < 4; ++r) groups[r] = rows[r] + g * kGroupBytes;
+  };
+  // Both halves per group (decode: the rows stream in order), or all groups per half.
+  constexpr int kHalfPasses = kActs == 1 ? 1 : 2;
+  for (int pass = 0; pass < kHalfPasses; ++pass) {
+    for (int64_t g = 0; g < full; ++g) {
+      const std::byte* groups[4];
+      groups_of(g, groups);
+      if (prefetch_offset != 0 && pass == 0) {
+        for (int r = 0; r < 4; ++r) PrefetchAhead<kGroupBytes>(groups[r], prefetch_offset);
+      }
+      const std::byte* x = xq + g * internal::kQActGroupBytes;
+      if constexpr (kHalfPasses == 1) {
+        HalfStep<kType, kActs>(acc, 0, groups, x, xq_stride);
+        HalfStep<kType, kActs>(acc, 1, groups, x, xq_stride);
+      } else {
+        HalfStep<kType, kActs>(acc, pass, groups, x, xq_stride);
+      }
+    }
+  }
+  if (blocks % 4 != 0) {
+    // The last partial group from zero-padded copies (nothing past a row is read): missing blocks
+    // have zero scales, and their activations are zero.
+    alignas(32) std::byte tail[4][kGroupBytes] = {};
+    const std::byte* groups[4];
+    groups_of(full, groups);
+    for (int r = 0; r < 4; ++r) {
+      std::memcpy(tail[r], groups[r], static_cast<size_t>(blocks % 4 * internal::QuantBlockBytes(kType)));
+      groups[r] = tail[r];
+    }
+    const std::byte* x = xq + full * internal::kQActGroupBytes;
+    HalfStep<kType, kActs>(acc, 0, groups, x, xq_stride);
+    HalfStep<kType, kActs>(acc, 1, groups, x, xq_stride);
+  }
+  for (int a = 0; a < kActs; ++a) {
+    // Row r = (b0 + b2) + (b1 + b3) of its block lanes.
+    const __m256 t = _mm256_add_ps(acc[a][0], acc[a][1]);
+    alignas(16) float rows_sum[4];
+    _mm_store_ps(rows_sum, _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1)));
+    for (int r = 0; r < rows_valid; ++r) y[a * y_stride + r] = rows_sum[r];
+  }
+}
+
+#endif  // HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
+
+}  // namespace loom::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // include guard
