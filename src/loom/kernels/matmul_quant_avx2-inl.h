@@ -75,14 +75,18 @@ HWY_INLINE __m256 HalfScales(const std::byte* const* groups, int h) {
       _mm_set_epi64x(static_cast<int64_t>(s1), static_cast<int64_t>(s0)));
 }
 
-// Lane 4s+r of the result = the sum of the 4 lanes of block s (lanes 4s..4s+3) of v[r] (the
-// in-lane unpacks of the AVX3_DL SumBlockLanes, on 256 bits).
+// Lane 4s+r of the result = the sum of the 4 32-bit lanes of block s (lanes 4s..4s+3) of v[r]
+// (the in-lane unpacks of the AVX3_DL SumBlockLanes, on 256 bits).  kI16: the adds are of int16
+// pairs, each 32-bit lane of the result two int16 sums.
+enum LaneSum { kI32, kI16 };
+template <LaneSum kSum>
 HWY_INLINE __m256i SumBlockLanes256(const __m256i (&v)[4]) {
-  const __m256i s01 = _mm256_add_epi32(_mm256_unpacklo_epi32(v[0], v[1]),
-                                       _mm256_unpackhi_epi32(v[0], v[1]));
-  const __m256i s23 = _mm256_add_epi32(_mm256_unpacklo_epi32(v[2], v[3]),
-                                       _mm256_unpackhi_epi32(v[2], v[3]));
-  return _mm256_add_epi32(_mm256_unpacklo_epi64(s01, s23), _mm256_unpackhi_epi64(s01, s23));
+  const auto add = [](__m256i a, __m256i b) {
+    return kSum == kI32 ? _mm256_add_epi32(a, b) : _mm256_add_epi16(a, b);
+  };
+  const __m256i s01 = add(_mm256_unpacklo_epi32(v[0], v[1]), _mm256_unpackhi_epi32(v[0], v[1]));
+  const __m256i s23 = add(_mm256_unpacklo_epi32(v[2], v[3]), _mm256_unpackhi_epi32(v[2], v[3]));
+  return add(_mm256_unpacklo_epi64(s01, s23), _mm256_unpackhi_epi64(s01, s23));
 }
 
 // acc[a][h] (lane 4s + r) += half h of the products of the quad's group (groups[r]) with the
@@ -102,23 +106,26 @@ HWY_INLINE void HalfStep(__m256 (&acc)[kActs][2], int h, const std::byte* const*
     const __m256i x_lo = load(internal::kQActLo);
     const __m256i x_hi = load(internal::kQActHi);
     __m256i sums[4];
-    for (int r = 0; r < 4; ++r) {
-      if constexpr (kType == DType::kQ4_0) {
-        const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(lo[r], x_lo),
-                                               _mm256_maddubs_epi16(hi[r], x_hi));
-        sums[r] = _mm256_madd_epi16(pairs, ones);
-      } else {
+    __m256i isum;
+    if constexpr (kType == DType::kQ4_0) {
+      // int16 sums of 4 products (at most 4 * 15 * 127), gathered per (block, row) by the unpacks
+      // of SumBlockLanes256 while they fit 16 bits (16 products: at most 30,480), then widened.
+      for (int r = 0; r < 4; ++r) {
+        sums[r] = _mm256_add_epi16(_mm256_maddubs_epi16(lo[r], x_lo),
+                                   _mm256_maddubs_epi16(hi[r], x_hi));
+      }
+      isum = _mm256_madd_epi16(SumBlockLanes256<kI16>(sums), ones);
+      // The 4 correction lanes of a block, -2 * sum(x) each, remove the nibbles' offset of 8.
+      isum = _mm256_add_epi32(isum, _mm256_slli_epi32(load(internal::kQActCorr), 2));
+    } else {
+      for (int r = 0; r < 4; ++r) {
         const __m256i p_lo =
             _mm256_maddubs_epi16(_mm256_abs_epi8(lo[r]), _mm256_sign_epi8(x_lo, lo[r]));
         const __m256i p_hi =
             _mm256_maddubs_epi16(_mm256_abs_epi8(hi[r]), _mm256_sign_epi8(x_hi, hi[r]));
         sums[r] = _mm256_add_epi32(_mm256_madd_epi16(p_lo, ones), _mm256_madd_epi16(p_hi, ones));
       }
-    }
-    __m256i isum = SumBlockLanes256(sums);
-    if constexpr (kType == DType::kQ4_0) {
-      // The 4 correction lanes of a block, -2 * sum(x) each, remove the nibbles' offset of 8.
-      isum = _mm256_add_epi32(isum, _mm256_slli_epi32(load(internal::kQActCorr), 2));
+      isum = SumBlockLanes256<kI32>(sums);
     }
     const __m256 scale =
         _mm256_mul_ps(d, _mm256_load_ps(reinterpret_cast<const float*>(
@@ -129,7 +136,7 @@ HWY_INLINE void HalfStep(__m256 (&acc)[kActs][2], int h, const std::byte* const*
 
 // y[a * y_stride + r] = dot(row r, activation row a) for r < rows_valid (<= 4), a < kActs; rows
 // past rows_valid repeat a valid row and are not stored.  With prefetch_offset != 0, also
-// prefetches the weights that far ahead of each row.
+// prefetches the quad that far ahead, as one run (RegionPrefetcher).
 template <DType kType, int kActs>
 HWY_INLINE void QuadTile(const std::byte* const* rows, int rows_valid, int64_t prefetch_offset,
                          int64_t blocks, const std::byte* xq, int64_t xq_stride, float* y,
@@ -143,13 +150,13 @@ HWY_INLINE void QuadTile(const std::byte* const* rows, int rows_valid, int64_t p
   };
   // Both halves per group (decode: the rows stream in order), or all groups per half.
   constexpr int kHalfPasses = kActs == 1 ? 1 : 2;
+  const int64_t quad_bytes = rows[3] - rows[0] + blocks * internal::QuantBlockBytes(kType);
+  RegionPrefetcher prefetcher(rows[0], prefetch_offset, quad_bytes, full);
   for (int pass = 0; pass < kHalfPasses; ++pass) {
     for (int64_t g = 0; g < full; ++g) {
       const std::byte* groups[4];
       groups_of(g, groups);
-      if (prefetch_offset != 0 && pass == 0) {
-        for (int r = 0; r < 4; ++r) PrefetchAhead<kGroupBytes>(groups[r], prefetch_offset);
-      }
+      if (pass == 0) prefetcher.Next();
       const std::byte* x = xq + g * internal::kQActGroupBytes;
       if constexpr (kHalfPasses == 1) {
         HalfStep<kType, kActs>(acc, 0, groups, x, xq_stride);

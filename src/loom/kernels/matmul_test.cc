@@ -369,6 +369,55 @@ TEST(MatMulF32Test, StaysWithin1e5OfAPlainFloatLoop) {
   }
 }
 
+// Blocks whose every product is as large as the formats allow, all of one sign: the integer sums
+// of the SIMD paths (int16 pair sums on AVX2) must not saturate or wrap.  Q4_0 nibbles 15 (+7) or
+// 0 (-8), Q8_0 quants 127 or -128 (a value no quantizer here writes, but a file may hold), against
+// activations of magnitude 1 that quantize to +-127.
+TEST(MatMulExtremesTest, LargestProductsOfOneSignDoNotOverflow) {
+  constexpr int64_t kRows = 8, kCols = 256;
+  for (DType type : {DType::kQ4_0, DType::kQ8_0}) {
+    const int64_t block_bytes = Traits(type).block_bytes;
+    const int64_t row_bytes = kCols / 32 * block_bytes;
+    for (int pattern = 0; pattern < 3; ++pattern) {
+      // Activation signs: all +, all -, alternating every value.
+      std::vector<float> x(kCols);
+      for (int64_t c = 0; c < kCols; ++c) {
+        x[static_cast<size_t>(c)] = pattern == 0 ? 1.0f : pattern == 1 ? -1.0f : (c % 2 ? -1.0f : 1.0f);
+      }
+      std::vector<std::byte> bytes(static_cast<size_t>(kRows * row_bytes));
+      for (int64_t r = 0; r < kRows; ++r) {
+        // Even rows: weights of x's sign (every product positive); odd rows: the opposite sign.
+        for (int64_t b = 0; b < kCols / 32; ++b) {
+          std::byte* blk = bytes.data() + r * row_bytes + b * block_bytes;
+          const uint16_t one = 0x3C00;  // f16 1.0
+          std::memcpy(blk, &one, sizeof(one));
+          for (int64_t j = 0; j < 32; ++j) {
+            const bool positive = (x[static_cast<size_t>(32 * b + j)] > 0) == (r % 2 == 0);
+            if (type == DType::kQ8_0) {
+              blk[2 + j] = static_cast<std::byte>(positive ? 127 : -128);
+            } else {
+              // Value j in the low nibble of byte j, value j + 16 in the high nibble.
+              const uint8_t nibble = positive ? 15 : 0;
+              std::byte& q = blk[2 + j % 16];
+              q |= static_cast<std::byte>(j < 16 ? nibble : nibble << 4);
+            }
+          }
+        }
+      }
+      const MatrixView w{type, kRows, kCols, bytes.data(), row_bytes};
+      const Expected want(w, x.data(), 1);
+      ForEachSimdTarget([&] {
+        SCOPED_TRACE(std::string(Traits(type).name) + " pattern " + std::to_string(pattern));
+        base::ThreadPool pool(1);
+        Workspace ws;
+        std::vector<float> y(kRows, NAN);
+        MatMul(w, x.data(), 1, y.data(), ws, pool);
+        ExpectNear(want, w, 1, y.data());
+      });
+    }
+  }
+}
+
 TEST(DequantizeRowTest, ReturnsTheStoredRow) {
   for (DType type : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0,
                      DType::kQ4_K, DType::kQ6_K, DType::kMlx4}) {
