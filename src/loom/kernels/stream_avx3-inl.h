@@ -1,6 +1,7 @@
 // Helpers of the x86 matrix-vector kernels that stream weights from memory (matmul_quant-inl.h,
-// matmul_quant_avx2-inl.h, matmul_kquant-inl.h): software prefetch ahead of the rows being
-// multiplied (AVX2, AVX3, AVX3_DL), and masks for loads at the ends of rows (AVX3_DL).  Included
+// matmul_quant_avx2-inl.h, matmul_kquant-inl.h and its tiles): the quad tiles' function attribute,
+// software prefetch ahead of the rows being multiplied (AVX2, AVX3, AVX3_DL), masks for loads at
+// the ends of rows (AVX3_DL), and the lane sums of the 256-bit quad tiles (AVX2, AVX3).  Included
 // once per SIMD target.
 
 #if defined(LOOM_KERNELS_STREAM_AVX3_INL_H_) == defined(HWY_TARGET_TOGGLE)
@@ -15,11 +16,21 @@
 
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
+#include "loom/kernels/kernels_internal.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace loom::kernels::HWY_NAMESPACE {
 
 #if HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX2
+
+// The attribute of the quad tiles and their row loops (QuantRows, KTileRows): VNNI inside AVX3_DL
+// only.
+#undef LOOM_KERNELS_QUAD_ATTR
+#if HWY_TARGET == HWY_AVX3_DL
+#define LOOM_KERNELS_QUAD_ATTR LOOM_KERNELS_VNNI_ATTR
+#else
+#define LOOM_KERNELS_QUAD_ATTR
+#endif
 
 // How far ahead of the rows being multiplied the weights are prefetched (8 KiB measured best of
 // 2-16 KiB for the n = 1 Q4_0 path on Zen 5; rows of quantized weights are short, ~1-3 KiB, too
@@ -50,6 +61,30 @@ HWY_INLINE __mmask64 FirstLanes(int64_t count) {
 }
 
 #endif  // HWY_TARGET == HWY_AVX3_DL
+
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX2
+
+// Lane 4s+r of the result = the sum of the 4 lanes of block s (lanes 4s..4s+3) of v[r] (the
+// in-lane unpacks of the AVX3_DL SumBlockLanes, on 256 bits).
+HWY_INLINE __m256i SumBlockLanes256(const __m256i (&v)[4]) {
+  const __m256i s01 =
+      _mm256_add_epi32(_mm256_unpacklo_epi32(v[0], v[1]), _mm256_unpackhi_epi32(v[0], v[1]));
+  const __m256i s23 =
+      _mm256_add_epi32(_mm256_unpacklo_epi32(v[2], v[3]), _mm256_unpackhi_epi32(v[2], v[3]));
+  return _mm256_add_epi32(_mm256_unpacklo_epi64(s01, s23), _mm256_unpackhi_epi64(s01, s23));
+}
+
+// y[r * y_step] = row r's sum for r < rows_valid, from the accumulators of the halves of a quad's
+// groups (lane 4s' + r: block 2h + s' of row r in `half[h]`): (b0 + b2) + (b1 + b3), the tree of
+// the AVX3_DL tiles' 512-bit reduction.
+HWY_INLINE void StoreQuadRows256(__m256 half0, __m256 half1, int rows_valid, float* y) {
+  const __m256 t = _mm256_add_ps(half0, half1);
+  alignas(16) float rows_sum[4];
+  _mm_store_ps(rows_sum, _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1)));
+  for (int r = 0; r < rows_valid; ++r) y[r] = rows_sum[r];
+}
+
+#endif  // HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX2
 
 }  // namespace loom::kernels::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();

@@ -1,0 +1,558 @@
+// Register-tiled K-quant (Q4_K, Q5_K, Q6_K) and MLX affine (2..8 bits) products for AVX2 and
+// AVX-512 without VNNI/VBMI (the AVX3 target), included by matmul_kquant-inl.h once per SIMD
+// target; empty for other targets.  The row loop, KTileRows, is shared with AVX3_DL
+// (matmul_kquant-inl.h), as are KTileSupports and the K-quant header unpacking
+// (matmul_kquant_tile-inl.h).
+//
+// The AVX3_DL tiles (matmul_kquant_tile-inl.h) on 256-bit vectors: a step of 4 weight rows (128
+// values, 4 blocks) is taken in two halves, blocks (0, 1) and (2, 3); half hh of a kact tile group
+// is its bytes [32hh, 32hh + 32) of lo, hi, scales, sums and corrections, and it meets the half's
+// quants decoded as unsigned bytes in the same order (KHalf).  AVX2 has no vpdpbusd: vpmaddubsw
+// (unsigned x signed bytes, adjacent pairs summed into int16) and vpmaddwd with ones give the same
+// 4-value int32 lanes exactly, as long as no int16 saturates:
+//  - q <= 63 (Q4_K, Q5_K, Q6_K, MLX up to 6 bits) times |x| <= 127: a pair is at most 16002, and
+//    the lo and hi pairs of a lane are added in int16 (at most 32004) before one vpmaddwd;
+//  - Q6_K keeps values 0..15 and 16..31 apart (each half-block has its own scale) and adds 4 times
+//    its correction lanes after summing the block lanes (AVX3_DL starts vpdpbusd from them);
+//  - MLX 8-bit q (up to 255) would saturate: it multiplies |q - 128| by x with the sign of q - 128
+//    (at most 2 * 128 * 127 per pair, as Q8_0 does) and adds back 128 * sum(x), which is -16 times
+//    the block's two correction lanes.
+// In-lane unpacks gather the 4 rows' lanes into one vector with a lane per (block, row), whose f32
+// part is lane for lane the AVX3_DL one: the same factor lanes (convert, multiply), the weight
+// factor times the activation scale, the same fused multiply-adds in the same order over the
+// steps, and a row's 4 block lanes added as (b0 + b2) + (b1 + b3) at the end.  So these tiles give
+// the AVX3_DL bits, and a position decoded alone the bits it has inside a batched prompt.
+//
+// Decode (one activation row) takes both halves of a step before the next step, so the rows stream
+// in order; batched tiles take all steps of half 0, then of half 1 (16 ymm registers hold one half
+// of a step and the accumulators of kKTileActs activation rows), which keeps each lane's order.
+// Nothing past a row is read: MLX rows whose last chunk would be (a partial chunk, or the 16-byte
+// loads of the other widths than 4 and 8 bits) read it from a zero-padded copy.
+
+#if defined(LOOM_KERNELS_MATMUL_KQUANT_TILE_AVX2_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef LOOM_KERNELS_MATMUL_KQUANT_TILE_AVX2_INL_H_
+#undef LOOM_KERNELS_MATMUL_KQUANT_TILE_AVX2_INL_H_
+#else
+#define LOOM_KERNELS_MATMUL_KQUANT_TILE_AVX2_INL_H_
+#endif
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "hwy/highway.h"
+#include "loom/kernels/block_formats.h"
+#include "loom/kernels/kernels_internal.h"
+#include "loom/kernels/matmul_kquant_tile-inl.h"
+#include "loom/kernels/stream_avx3-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace loom::kernels::HWY_NAMESPACE {
+
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
+
+// Activation rows per register tile: half a step of 4 rows (8 registers) and 4 accumulators.
+inline constexpr int kKTileActs = 4;
+
+// Half hh of a step of 4 rows: row r's block 2hh + L, values 0..15 in 128-bit lane L of lo[r],
+// 16..31 in hi[r]; unsigned (MLX 8-bit: q - 128, signed).
+struct KHalf {
+  __m256i lo[4], hi[4];
+};
+
+// The f32 factor lanes of a step, per half hh (lane 4s' + r: block 2hh + s' of row r):
+// value = a * q + c (Q6_K: a for values 0..15, c the a of values 16..31).
+struct KFactors {
+  __m256 a[2], c[2];
+};
+
+// ---- The products of a half step.
+
+enum class KDot {
+  kAffine,  // unsigned q <= 63, value = a * q + c
+  kHalves,  // Q6_K: q - 32 with a per half-block
+  kSigned,  // MLX 8-bit: q - 128, value = a * q + c
+};
+
+// acc[t][hh] += half hh of the products of the step w with activation row t (its tile group at
+// x + t * x_stride).
+template <KDot kDot, int kActs>
+HWY_INLINE void KHalfStep(__m256 (&acc)[kActs][2], int hh, const KHalf& w, __m256 a, __m256 c,
+                          const std::byte* x, int64_t x_stride) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int t = 0; t < kActs; ++t) {
+    const std::byte* xt = x + t * x_stride + 32 * hh;
+    const auto load = [&](int64_t offset) {
+      return _mm256_load_si256(reinterpret_cast<const __m256i*>(xt + offset));
+    };
+    const __m256i x_lo = load(internal::kKTileLo);
+    const __m256i x_hi = load(internal::kKTileHi);
+    const __m256 dx = _mm256_load_ps(reinterpret_cast<const float*>(xt + internal::kKTileScale));
+    __m256 sum = acc[t][hh];
+    if constexpr (kDot == KDot::kHalves) {
+      __m256i lo[4], hi[4];
+      for (int r = 0; r < 4; ++r) {
+        lo[r] = _mm256_madd_epi16(_mm256_maddubs_epi16(w.lo[r], x_lo), ones);
+        hi[r] = _mm256_madd_epi16(_mm256_maddubs_epi16(w.hi[r], x_hi), ones);
+      }
+      // 4 lanes of a correction, -8 * sum(x) each, remove the offset of 32 from 16 values.
+      const __m256i i_lo = _mm256_add_epi32(SumBlockLanes256(lo),
+                                            _mm256_slli_epi32(load(internal::kKTileCorrLo), 2));
+      const __m256i i_hi = _mm256_add_epi32(SumBlockLanes256(hi),
+                                            _mm256_slli_epi32(load(internal::kKTileCorrHi), 2));
+      sum = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i_lo), _mm256_mul_ps(a, dx), sum);
+      sum = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i_hi), _mm256_mul_ps(c, dx), sum);
+    } else {
+      __m256i sums[4];
+      for (int r = 0; r < 4; ++r) {
+        if constexpr (kDot == KDot::kAffine) {
+          sums[r] = _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(w.lo[r], x_lo),
+                                                       _mm256_maddubs_epi16(w.hi[r], x_hi)),
+                                      ones);
+        } else {
+          const __m256i p_lo =
+              _mm256_maddubs_epi16(_mm256_abs_epi8(w.lo[r]), _mm256_sign_epi8(x_lo, w.lo[r]));
+          const __m256i p_hi =
+              _mm256_maddubs_epi16(_mm256_abs_epi8(w.hi[r]), _mm256_sign_epi8(x_hi, w.hi[r]));
+          sums[r] = _mm256_add_epi32(_mm256_madd_epi16(p_lo, ones), _mm256_madd_epi16(p_hi, ones));
+        }
+      }
+      __m256i isum = SumBlockLanes256(sums);
+      if constexpr (kDot == KDot::kSigned) {
+        // + 128 * sum(x) of the block = -16 * (its correction lanes, -8 * sum of 16 values each).
+        isum = _mm256_sub_epi32(
+            isum,
+            _mm256_slli_epi32(
+                _mm256_add_epi32(load(internal::kKTileCorrLo), load(internal::kKTileCorrHi)), 4));
+      }
+      sum = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(a, dx), sum);
+      sum = _mm256_fmadd_ps(
+          c, _mm256_load_ps(reinterpret_cast<const float*>(xt + internal::kKTileSum)), sum);
+    }
+    acc[t][hh] = sum;
+  }
+}
+
+// y[t * y_stride + r] = dot(row r, activation row t) for r < rows_valid, t < kActs: the steps of
+// `rows` (a format below: its steps' factors, decoded halves and prefetches) with the activation
+// rows' tile groups at x + t * x_stride.
+template <int kActs, class Rows>
+HWY_INLINE void KHalfTile(const Rows& rows, int64_t steps, const KFactorCache& cache,
+                          const std::byte* x, int64_t x_stride, int rows_valid, float* y,
+                          int64_t y_stride) {
+  constexpr int kPasses = kActs == 1 ? 1 : 2;
+  constexpr int kGroup = Rows::kFactorSteps;
+  __m256 acc[kActs][2];
+  for (int t = 0; t < kActs; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
+  for (int pass = 0; pass < kPasses; ++pass) {
+    // The first pass of a quad's first tile computes the factors; later ones find them cached.
+    const bool cached = cache.lanes != nullptr && (cache.ready || pass > 0);
+    KFactors f[kGroup];
+    for (int64_t step = 0; step < steps; ++step) {
+      const int j = static_cast<int>(step % kGroup);
+      if (j == 0) {
+        if (pass == 0) rows.Prefetch(step);
+        if (cached) {
+          for (int i = 0; i < kGroup; ++i) {
+            cache.Load(step + i, &f[i].a[0], &f[i].a[1], &f[i].c[0], &f[i].c[1]);
+          }
+        } else {
+          rows.Factors(step, f);
+          for (int i = 0; i < kGroup; ++i) {
+            cache.Store(step + i, f[i].a[0], f[i].a[1], f[i].c[0], f[i].c[1]);
+          }
+        }
+      }
+      const std::byte* xs = x + step * internal::kKTileGroupBytes;
+      for (int hh = kPasses == 1 ? 0 : pass; hh < (kPasses == 1 ? 2 : pass + 1); ++hh) {
+        const KHalf w = cache.Weights(step, hh, [&] { return rows.Decode(step, hh); });
+        KHalfStep<Rows::kDot, kActs>(acc, hh, w, f[j].a[hh], f[j].c[hh], xs, x_stride);
+      }
+    }
+  }
+  for (int t = 0; t < kActs; ++t) {
+    StoreQuadRows256(acc[t][0], acc[t][1], rows_valid, y + t * y_stride);
+  }
+}
+
+// 8 bytes (from byte 8hh of b) as f32 lanes.
+HWY_INLINE __m256 KHalfBytesToF32(__m128i b, int hh, bool is_signed) {
+  const __m128i bytes = hh == 0 ? b : _mm_srli_si128(b, 8);
+  return _mm256_cvtepi32_ps(is_signed ? _mm256_cvtepi8_epi32(bytes) : _mm256_cvtepu8_epi32(bytes));
+}
+
+// ---- Q4_K and Q5_K: steps 2k and 2k + 1 are the halves of super-block k (rows[r] + k * kBytes).
+
+template <DType kType>
+struct KQ45Rows {
+  static constexpr KDot kDot = KDot::kAffine;
+  static constexpr int kFactorSteps = 2;
+  static constexpr int64_t kBytes =
+      kType == DType::kQ4_K ? internal::kQ4KBlockBytes : internal::kQ5KBlockBytes;
+  const std::byte* const* rows;
+  int64_t prefetch_offset;  // bytes ahead; 0: none
+
+  HWY_INLINE void Prefetch(int64_t step) const {
+    if (prefetch_offset == 0) return;
+    for (int r = 0; r < 4; ++r) PrefetchAhead<kBytes>(rows[r] + step / 2 * kBytes, prefetch_offset);
+  }
+
+  HWY_INLINE void Factors(int64_t step, KFactors (&f)[2]) const {
+    const KQ45Header h = KQ45HeaderOf(rows, step / 2 * kBytes);
+    const __m256 dd = _mm256_cvtph_ps(h.dd);  // lanes 2r, 2r + 1
+    const __m256 d = _mm256_permutevar8x32_ps(dd, _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6));
+    const __m256 neg_dmin =
+        _mm256_xor_ps(_mm256_permutevar8x32_ps(dd, _mm256_setr_epi32(1, 3, 5, 7, 1, 3, 5, 7)),
+                      _mm256_set1_ps(-0.0f));
+    for (int k = 0; k < 2; ++k) {
+      for (int hh = 0; hh < 2; ++hh) {
+        f[k].a[hh] = _mm256_mul_ps(KHalfBytesToF32(h.sc[k], hh, false), d);
+        f[k].c[hh] = _mm256_mul_ps(KHalfBytesToF32(h.m[k], hh, false), neg_dmin);
+      }
+    }
+  }
+
+  // The 32 quant bytes of half hh of step h hold sub-block 4h + 2hh in their low nibbles and
+  // 4h + 2hh + 1 in their high nibbles; Q5_K's fifth bit of value l of sub-block j is bit j of
+  // qh byte l.
+  HWY_INLINE KHalf Decode(int64_t step, int hh) const {
+    constexpr int64_t kQs = kType == DType::kQ4_K ? internal::kQ4KQs : internal::kQ5KQs;
+    const int h = static_cast<int>(step % 2);
+    const __m256i nibble = _mm256_set1_epi8(0x0F);
+    const __m256i lanes = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);  // low, high nibbles
+    const auto broadcast = [](const std::byte* p) {
+      return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    };
+    KHalf w;
+    for (int r = 0; r < 4; ++r) {
+      const std::byte* blk = rows[r] + step / 2 * kBytes;
+      const std::byte* qs = blk + kQs + 64 * h + 32 * hh;
+      w.lo[r] = _mm256_and_si256(_mm256_srlv_epi32(broadcast(qs), lanes), nibble);
+      w.hi[r] = _mm256_and_si256(_mm256_srlv_epi32(broadcast(qs + 16), lanes), nibble);
+      if constexpr (kType == DType::kQ5_K) {
+        // Bit 4h + 2hh + L of each byte to bit 4 (32-bit shifts by less than 8 keep bytes apart).
+        const int bit = 4 * h + 2 * hh;
+        const __m256i shift =
+            _mm256_setr_epi32(bit, bit, bit, bit, bit + 1, bit + 1, bit + 1, bit + 1);
+        const __m256i one = _mm256_set1_epi8(1);
+        const auto high = [&](const std::byte* qh) {
+          return _mm256_slli_epi16(_mm256_and_si256(_mm256_srlv_epi32(broadcast(qh), shift), one),
+                                   4);
+        };
+        w.lo[r] = _mm256_or_si256(w.lo[r], high(blk + internal::kQ5KQh));
+        w.hi[r] = _mm256_or_si256(w.hi[r], high(blk + internal::kQ5KQh + 16));
+      }
+    }
+    return w;
+  }
+};
+
+// ---- Q6_K: steps 2k and 2k + 1 are the halves n of super-block k.  ql's 64 bytes of half n hold
+// values 0..63 in their low nibbles and 64..127 in their high nibbles, in order; qh byte l holds
+// the top 2 bits of values l, l + 32, l + 64, l + 96 (bit pairs 0..3).
+
+struct KQ6Rows {
+  static constexpr KDot kDot = KDot::kHalves;
+  static constexpr int kFactorSteps = 2;
+  static constexpr int64_t kBytes = internal::kQ6KBlockBytes;
+  const std::byte* const* rows;
+  int64_t prefetch_offset;
+
+  HWY_INLINE void Prefetch(int64_t step) const {
+    if (prefetch_offset == 0) return;
+    for (int r = 0; r < 4; ++r) PrefetchAhead<kBytes>(rows[r] + step / 2 * kBytes, prefetch_offset);
+  }
+
+  // a of step n's half-block p of block s, row r = d of row r * scale 8n + 2s + p of row r.
+  HWY_INLINE void Factors(int64_t step, KFactors (&f)[2]) const {
+    const int64_t offset = step / 2 * kBytes;
+    __m128i v[4];
+    for (int r = 0; r < 4; ++r) {
+      v[r] = _mm_loadu_si128(
+          reinterpret_cast<const __m128i*>(rows[r] + offset + internal::kQ6KScales));
+    }
+    // Byte 4j + r of t[j / 4]: scale j of row r.
+    const __m128i lo01 = _mm_unpacklo_epi8(v[0], v[1]), hi01 = _mm_unpackhi_epi8(v[0], v[1]);
+    const __m128i lo23 = _mm_unpacklo_epi8(v[2], v[3]), hi23 = _mm_unpackhi_epi8(v[2], v[3]);
+    const __m128 t[4] = {_mm_castsi128_ps(_mm_unpacklo_epi16(lo01, lo23)),
+                         _mm_castsi128_ps(_mm_unpackhi_epi16(lo01, lo23)),
+                         _mm_castsi128_ps(_mm_unpacklo_epi16(hi01, hi23)),
+                         _mm_castsi128_ps(_mm_unpackhi_epi16(hi01, hi23))};
+    const __m128 d4 = KQ6RowScales(rows, offset);
+    const __m256 d = _mm256_insertf128_ps(_mm256_castps128_ps256(d4), d4, 1);
+    for (int n = 0; n < 2; ++n) {
+      // Byte 4s + r: scale 8n + 2s (+ 1) of row r, the dwords 0 and 2 (1 and 3) of t[2n], t[2n +
+      // 1].
+      const __m128i p0 =
+          _mm_castps_si128(_mm_shuffle_ps(t[2 * n], t[2 * n + 1], _MM_SHUFFLE(2, 0, 2, 0)));
+      const __m128i p1 =
+          _mm_castps_si128(_mm_shuffle_ps(t[2 * n], t[2 * n + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+      for (int hh = 0; hh < 2; ++hh) {
+        f[n].a[hh] = _mm256_mul_ps(KHalfBytesToF32(p0, hh, true), d);
+        f[n].c[hh] = _mm256_mul_ps(KHalfBytesToF32(p1, hh, true), d);
+      }
+    }
+  }
+
+  // Half hh of step n: values 64hh + 32L + j of lane L; j < 16 (lo) from ql bytes [0, 16) and
+  // [32, 48) and qh bytes [0, 16), j >= 16 (hi) from the next 16 of each.  hh = 0: low nibbles,
+  // qh bit pairs 0 (L = 0) and 1 (L = 1) moved to bits 4-5; hh = 1: high nibbles, pairs 2 and 3.
+  HWY_INLINE KHalf Decode(int64_t step, int hh) const {
+    const int64_t offset = step / 2 * kBytes;
+    const int n = static_cast<int>(step % 2);
+    const __m256i nibble = _mm256_set1_epi8(0x0F);
+    const __m256i top = _mm256_set1_epi8(0x30);
+    const __m256i shift_lo = _mm256_setr_epi32(4, 4, 4, 4, 2, 2, 2, 2);  // pairs 0, 1: left
+    const __m256i shift_hi = _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2);  // pairs 2, 3: right
+    KHalf w;
+    for (int r = 0; r < 4; ++r) {
+      const std::byte* ql = rows[r] + offset + 64 * n;
+      const std::byte* qh = rows[r] + offset + internal::kQ6KQh + 32 * n;
+      const auto values = [&](int j) {  // j = 0 (lo) or 16 (hi)
+        const __m256i q = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(ql + 32 + j),
+                                              reinterpret_cast<const __m128i*>(ql + j));
+        const __m256i h =
+            _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qh + j)));
+        if (hh == 0) {
+          return _mm256_or_si256(_mm256_and_si256(q, nibble),
+                                 _mm256_and_si256(_mm256_sllv_epi32(h, shift_lo), top));
+        }
+        return _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), nibble),
+                               _mm256_and_si256(_mm256_srlv_epi32(h, shift_hi), top));
+      };
+      w.lo[r] = values(0);
+      w.hi[r] = values(16);
+    }
+    return w;
+  }
+};
+
+// ---- MLX (every width; 4 and 8 bits decoded specially): 128-value chunks of a row are steps (4
+// blocks; a last partial chunk has fewer, and zeros for the others).
+
+// A quad of rows and the MLX lane tables.
+struct KMlxQuad : KQuadRows {
+  // vpermps index of half hh's factor lanes: lane 4s' + r <- 4 (r % 2) + the group of block
+  // 2hh + s' in the chunk, from rows (0, 1) or (2, 3).
+  __m256i group_lanes[2]{};
+  // Other widths than 4 and 8 (KMlxUnpack): vpshufb indices gathering the 2 bytes that hold each
+  // of values 0..7 (gather[0]) and 8..15 (gather[1]) of a 16-value run into a word, at a bit offset
+  // of 1..8 (none of 0: a value starting a byte takes it as the high byte under a zero), vpmulhuw
+  // factors 2^(16 - offset) shifting it down, the value mask.
+  __m256i gather[2]{};
+  __m256i shifts{};
+  __m256i mask{};
+};
+
+HWY_INLINE void KMlxPrepare(const MatrixView& w, KMlxQuad* quad) {
+  quad->bits = MlxBitsOf(w.type);
+  quad->scale_bytes = Traits(w.scale_type).block_bytes;
+  alignas(32) int32_t lanes[2][8];
+  for (int hh = 0; hh < 2; ++hh) {
+    for (int l = 0; l < 8; ++l) {
+      const int block = 2 * hh + l / 4;
+      lanes[hh][l] = 4 * (l % 2) + static_cast<int32_t>(block * 32 / w.group_size);
+    }
+    quad->group_lanes[hh] = _mm256_load_si256(reinterpret_cast<const __m256i*>(lanes[hh]));
+  }
+  const int bits = quad->bits;
+  alignas(32) uint8_t gather[2][32];
+  alignas(32) uint16_t shifts[16];
+  for (int v = 0; v < 8; ++v) {
+    const int bit = bits * v;
+    int offset = bit % 8, low = bit / 8, high = bit / 8 + 1;
+    if (offset == 0) {
+      offset = 8, low = 0x80, high = bit / 8;  // vpshufb gives 0 for an index with bit 7 set
+    } else if (offset + bits <= 8) {
+      high = 0x80;
+    }
+    for (int lane = 0; lane < 2; ++lane) {
+      for (int k = 0; k < 2; ++k) {  // values 8k + v start bits * 8k = bits bytes later
+        const int add = k * bits;
+        gather[k][16 * lane + 2 * v] = static_cast<uint8_t>(low == 0x80 ? low : low + add);
+        gather[k][16 * lane + 2 * v + 1] = static_cast<uint8_t>(high == 0x80 ? high : high + add);
+      }
+      shifts[8 * lane + v] = static_cast<uint16_t>(1u << (16 - offset));
+    }
+  }
+  for (int k = 0; k < 2; ++k) {
+    quad->gather[k] = _mm256_load_si256(reinterpret_cast<const __m256i*>(gather[k]));
+  }
+  quad->shifts = _mm256_load_si256(reinterpret_cast<const __m256i*>(shifts));
+  quad->mask = _mm256_set1_epi16(static_cast<int16_t>((1 << bits) - 1));
+}
+
+// The first `bytes` (even, <= 16) bytes at p, zeros after; reads only those.
+HWY_INLINE __m128i KLoadBytes16(const std::byte* p, int64_t bytes) {
+  switch (bytes) {
+    case 16:
+      return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    case 8:
+      return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+    case 4: {
+      int32_t v;
+      std::memcpy(&v, p, sizeof(v));
+      return _mm_cvtsi32_si128(v);
+    }
+    case 2:
+      return _mm_cvtsi32_si128(internal::LoadU16(p));
+    default: {  // 6, 12: scalars of a partial last chunk
+      alignas(16) std::byte buffer[16] = {};
+      std::memcpy(buffer, p, static_cast<size_t>(bytes));
+      return _mm_load_si128(reinterpret_cast<const __m128i*>(buffer));
+    }
+  }
+}
+
+template <int kBits>  // 4, 8, or 0: any other width (2, 3, 5, 6)
+struct KMlxRows {
+  static constexpr KDot kDot = kBits == 8 ? KDot::kSigned : KDot::kAffine;
+  static constexpr int kFactorSteps = 1;
+  const KMlxQuad& quad;
+  int64_t chunk_bytes;    // 16 * bits
+  int64_t prefetch_rows;  // 0: none
+  int64_t copied;         // the step read from tail instead of the rows (-1: none)
+  const std::byte* tail;  // (4, 128): row r's chunk `copied`, zero-padded
+
+  HWY_INLINE const std::byte* Chunk(int r, int64_t step) const {
+    if (step == copied) return tail + 128 * r;
+    const MatrixView& w = *quad.w;
+    return w.data + quad.row_ids[r] * w.row_stride + step * chunk_bytes;
+  }
+
+  HWY_INLINE void Prefetch(int64_t step) const {
+    if (prefetch_rows == 0 || step == copied) return;
+    const MatrixView& w = *quad.w;
+    // kBits == 0: prefetches cover 128 bytes per row and chunk.
+    constexpr int64_t kChunkBytes = kBits == 0 ? 96 : 16 * kBits;
+    for (int r = 0; r < 4; ++r) {
+      PrefetchAhead<kChunkBytes>(Chunk(r, step), prefetch_rows * w.row_stride);
+      const int64_t off =
+          quad.row_ids[r] * w.scale_row_stride + step * 128 / w.group_size * quad.scale_bytes;
+      PrefetchAhead<1>(w.scales + off, prefetch_rows * w.scale_row_stride);
+      PrefetchAhead<1>(w.biases + off, prefetch_rows * w.scale_row_stride);
+    }
+  }
+
+  // Lane 4s + r: scale (a) and bias (c) of block s's group in row r; the groups of a partial chunk
+  // past its last are zero (AVX3_DL's masked loads).
+  HWY_INLINE void Factors(int64_t step, KFactors (&f)[1]) const {
+    const MatrixView& w = *quad.w;
+    const int64_t valid = std::min<int64_t>(4, w.cols / 32 - 4 * step);
+    const int64_t groups = (32 * valid + w.group_size - 1) / w.group_size;
+    const int64_t group0 = step * 128 / w.group_size;
+    const int64_t bytes = groups * quad.scale_bytes;
+    // Rows (0, 1) and (2, 3): row r's groups as f32 in lanes 4 (r % 2) + g.
+    const auto rows_f32 = [&](const std::byte* base, int r0) {
+      const std::byte* p = base + group0 * quad.scale_bytes;
+      const __m128i g0 = KLoadBytes16(p + quad.row_ids[r0] * w.scale_row_stride, bytes);
+      const __m128i g1 = KLoadBytes16(p + quad.row_ids[r0 + 1] * w.scale_row_stride, bytes);
+      if (w.scale_type == DType::kF32) {
+        return _mm256_castsi256_ps(_mm256_set_m128i(g1, g0));
+      }
+      const __m128i words = _mm_unpacklo_epi64(g0, g1);
+      if (w.scale_type == DType::kF16) return _mm256_cvtph_ps(words);
+      return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(words), 16));
+    };
+    const auto lanes = [&](const std::byte* base, __m256(&out)[2]) {
+      const __m256 v01 = rows_f32(base, 0), v23 = rows_f32(base, 2);
+      for (int hh = 0; hh < 2; ++hh) {
+        out[hh] = _mm256_blend_ps(_mm256_permutevar8x32_ps(v01, quad.group_lanes[hh]),
+                                  _mm256_permutevar8x32_ps(v23, quad.group_lanes[hh]), 0xCC);
+      }
+    };
+    lanes(w.scales, f[0].a);
+    lanes(w.biases, f[0].c);
+  }
+
+  HWY_INLINE KHalf Decode(int64_t step, int hh) const {
+    KHalf w;
+    for (int r = 0; r < 4; ++r) {
+      const std::byte* p = Chunk(r, step);
+      const auto load2 = [](const std::byte* hi, const std::byte* lo) {
+        return _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(hi),
+                                   reinterpret_cast<const __m128i*>(lo));
+      };
+      if constexpr (kBits == 4) {
+        // Byte j of a block's 16 holds values 2j and 2j + 1 in its low and high nibble.
+        const __m256i nibble = _mm256_set1_epi8(0x0F);
+        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * hh));
+        const __m256i lo = _mm256_and_si256(q, nibble);
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), nibble);
+        w.lo[r] = _mm256_unpacklo_epi8(lo, hi);
+        w.hi[r] = _mm256_unpackhi_epi8(lo, hi);
+      } else if constexpr (kBits == 8) {
+        const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));  // q -> q - 128
+        const std::byte* b = p + 64 * hh;
+        w.lo[r] = _mm256_xor_si256(load2(b + 32, b), flip);
+        w.hi[r] = _mm256_xor_si256(load2(b + 48, b + 16), flip);
+      } else {
+        // Values 0..15 of a block take its first 2 * bits bytes, 16..31 the next.
+        const int64_t block = 4 * quad.bits;
+        const std::byte* b = p + 2 * hh * block;
+        w.lo[r] = KMlxUnpack(load2(b + block, b));
+        w.hi[r] = KMlxUnpack(load2(b + block + block / 2, b + block / 2));
+      }
+    }
+    return w;
+  }
+
+  // 16 values at quad.bits bits from the start of each 128-bit lane of src, as bytes.
+  HWY_INLINE __m256i KMlxUnpack(__m256i src) const {
+    const auto values = [&](__m256i gather) {
+      return _mm256_and_si256(_mm256_mulhi_epu16(_mm256_shuffle_epi8(src, gather), quad.shifts),
+                              quad.mask);
+    };
+    return _mm256_packus_epi16(values(quad.gather[0]), values(quad.gather[1]));
+  }
+};
+
+template <int kBits, int kActs>
+HWY_INLINE void KMlxQuadTile(const KMlxQuad& quad, int rows_valid, int64_t prefetch_rows,
+                             const KFactorCache& cache, const std::byte* x, int64_t x_stride,
+                             float* y, int64_t y_stride) {
+  const MatrixView& w = *quad.w;
+  const int64_t blocks = w.cols / 32;
+  const int64_t steps = (blocks + 3) / 4;
+  const int64_t chunk_bytes = 16 * quad.bits;
+  // The last chunk is copied when it is partial, or when the 16-byte loads of other widths than 4
+  // and 8 bits would pass its end.
+  alignas(32) std::byte tail[4 * 128];
+  int64_t copied = -1;
+  if (kBits == 0 || blocks % 4 != 0) {
+    copied = steps - 1;
+    std::memset(tail, 0, sizeof(tail));
+    const int64_t bytes = (blocks - 4 * copied) * 4 * quad.bits;
+    for (int r = 0; r < 4; ++r) {
+      std::memcpy(tail + 128 * r, w.data + quad.row_ids[r] * w.row_stride + copied * chunk_bytes,
+                  static_cast<size_t>(bytes));
+    }
+  }
+  const KMlxRows<kBits> rows{quad, chunk_bytes, prefetch_rows, copied, tail};
+  KHalfTile<kActs>(rows, steps, cache, x, x_stride, rows_valid, y, y_stride);
+}
+
+// ---- The tiles of a quad of rows with kActs activation rows, as the AVX3_DL ones (KQuadTile).
+
+template <DType kType, int kActs>
+HWY_INLINE void KQ45QuadTile(const std::byte* const* rows, int rows_valid, int64_t prefetch_offset,
+                             int64_t supers, const KFactorCache& cache, const std::byte* x,
+                             int64_t x_stride, float* y, int64_t y_stride) {
+  KHalfTile<kActs>(KQ45Rows<kType>{rows, prefetch_offset}, 2 * supers, cache, x, x_stride,
+                   rows_valid, y, y_stride);
+}
+
+template <int kActs>
+HWY_INLINE void KQ6QuadTile(const std::byte* const* rows, int rows_valid, int64_t prefetch_offset,
+                            int64_t supers, const KFactorCache& cache, const std::byte* x,
+                            int64_t x_stride, float* y, int64_t y_stride) {
+  KHalfTile<kActs>(KQ6Rows{rows, prefetch_offset}, 2 * supers, cache, x, x_stride, rows_valid, y,
+                   y_stride);
+}
+
+#endif  // HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
+
+}  // namespace loom::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // include guard
