@@ -250,12 +250,13 @@ LOOM_KERNELS_QUAD_ATTR void KTileRows(const MatrixView& w, int64_t row_begin, in
   KMlxQuad quad;
   quad.w = &w;
   if constexpr (kType == DType::kMlx4) KMlxPrepare(w, &quad);
-  // Steps of up to kKMaxCachedSteps * 128 values (16384) keep their factors across tiles (16 KiB).
+  // With several tiles, rows of up to kKMaxCachedSteps * 128 values (16384) keep their factors
+  // across them (16 KiB).
   constexpr int64_t kKMaxCachedSteps = 128;
   alignas(64) float factor_lanes[32 * kKMaxCachedSteps];
   const int64_t steps = (w.cols + internal::kKTileGroupValues - 1) / internal::kKTileGroupValues;
   KFactorCache cache;
-  cache.lanes = steps <= kKMaxCachedSteps ? factor_lanes : nullptr;
+  cache.lanes = steps <= kKMaxCachedSteps && n > 1 ? factor_lanes : nullptr;
   // Decoded weights of rows up to kKMaxDecodedSteps * 128 values (2048: 8 KiB).
   constexpr int64_t kKMaxDecodedSteps = 16;
   alignas(64) std::byte decoded[512 * kKMaxDecodedSteps];

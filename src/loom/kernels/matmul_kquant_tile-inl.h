@@ -104,7 +104,9 @@ HWY_INLINE KQ45Header KQ45HeaderOf(const std::byte* const* rows, int64_t offset)
   const __m128i w2 = _mm_unpackhi_epi64(hi01, hi23);  // 8..11
   const __m128i k6 = _mm_set1_epi8(0x3F), k4 = _mm_set1_epi8(0x0F), k2 = _mm_set1_epi8(0x03);
   const __m128i transpose = _mm_load_si128(reinterpret_cast<const __m128i*>(kKTranspose.data()));
-  const auto lanes = [&](__m128i bytes) { return _mm_shuffle_epi8(bytes, transpose); };
+  const auto lanes = [&](__m128i bytes) __attribute__((always_inline)) {
+    return _mm_shuffle_epi8(bytes, transpose);
+  };
   KQ45Header h;
   h.dd = _mm_unpacklo_epi64(lo01, lo23);
   h.sc[0] = lanes(_mm_and_si128(w0, k6));

@@ -37,8 +37,10 @@
 #endif
 
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "hwy/highway.h"
 #include "loom/kernels/block_formats.h"
@@ -74,21 +76,21 @@ enum class KDot {
   kSigned,  // MLX 8-bit: q - 128, value = a * q + c
 };
 
-// acc[t][hh] += half hh of the products of the step w with activation row t (its tile group at
+// acc[t][kH] += half kH of the products of the step w with activation row t (its tile group at
 // x + t * x_stride).
-template <KDot kDot, int kActs>
-HWY_INLINE void KHalfStep(__m256 (&acc)[kActs][2], int hh, const KHalf& w, __m256 a, __m256 c,
+template <KDot kDot, int kActs, int kH>
+HWY_INLINE void KHalfStep(__m256 (&acc)[kActs][2], const KHalf& w, __m256 a, __m256 c,
                           const std::byte* x, int64_t x_stride) {
   const __m256i ones = _mm256_set1_epi16(1);
   for (int t = 0; t < kActs; ++t) {
-    const std::byte* xt = x + t * x_stride + 32 * hh;
-    const auto load = [&](int64_t offset) {
+    const std::byte* xt = x + t * x_stride + 32 * kH;
+    const auto load = [&](int64_t offset) __attribute__((always_inline)) {
       return _mm256_load_si256(reinterpret_cast<const __m256i*>(xt + offset));
     };
     const __m256i x_lo = load(internal::kKTileLo);
     const __m256i x_hi = load(internal::kKTileHi);
     const __m256 dx = _mm256_load_ps(reinterpret_cast<const float*>(xt + internal::kKTileScale));
-    __m256 sum = acc[t][hh];
+    __m256 sum = acc[t][kH];
     if constexpr (kDot == KDot::kHalves) {
       __m256i lo[4], hi[4];
       for (int r = 0; r < 4; ++r) {
@@ -129,46 +131,80 @@ HWY_INLINE void KHalfStep(__m256 (&acc)[kActs][2], int hh, const KHalf& w, __m25
       sum = _mm256_fmadd_ps(
           c, _mm256_load_ps(reinterpret_cast<const float*>(xt + internal::kKTileSum)), sum);
     }
-    acc[t][hh] = sum;
+    acc[t][kH] = sum;
   }
 }
 
-// y[t * y_stride + r] = dot(row r, activation row t) for r < rows_valid, t < kActs: the steps of
-// `rows` (a format below: its steps' factors, decoded halves and prefetches) with the activation
-// rows' tile groups at x + t * x_stride.
+// acc[t][kH] += the products of step k + kI's half kH for each half in kHalves (bit h: half h),
+// with the step's factors f.
+template <int kHalves, int kI, int kActs, class Rows>
+HWY_INLINE void KStepHalves(const Rows& rows, int64_t k, const KFactors& f,
+                            const KFactorCache& cache, const std::byte* x, int64_t x_stride,
+                            __m256 (&acc)[kActs][2]) {
+  const int64_t step = k + kI;
+  const std::byte* xs = x + step * internal::kKTileGroupBytes;
+  // Single activation rows decode the weights in place (decode streams them; the last tiles of a
+  // batch find them in L1): no branches in the loop, whose accumulators then stay in registers.
+  const auto weights = [&](int h) __attribute__((always_inline)) {
+    if constexpr (kActs == 1) return rows.Decode(step, h);
+    return cache.Weights(
+        step, h, [&]() __attribute__((always_inline)) { return rows.Decode(step, h); });
+  };
+  if constexpr ((kHalves & 1) != 0) {
+    KHalfStep<Rows::kDot, kActs, 0>(acc, weights(0), f.a[0], f.c[0], xs, x_stride);
+  }
+  if constexpr ((kHalves & 2) != 0) {
+    KHalfStep<Rows::kDot, kActs, 1>(acc, weights(1), f.a[1], f.c[1], xs, x_stride);
+  }
+}
+
+// out[t][h] = the sums of the halves h in kHalves over the steps of `rows` (a format below: its
+// steps' factors, decoded halves and prefetches) with the activation rows' tile groups at
+// x + t * x_stride.  The accumulators are this pass's own, so that they stay in registers.
+template <int kHalves, int kActs, class Rows>
+HWY_INLINE void KHalfPass(const Rows& rows, int64_t steps, const KFactorCache& cache,
+                          const std::byte* x, int64_t x_stride, __m256 (&out)[kActs][2]) {
+  constexpr int kGroup = Rows::kFactorSteps;
+  __m256 acc[kActs][2];
+  for (int t = 0; t < kActs; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
+  // The first pass of a quad's first tile computes the factors; later ones find them cached.
+  const bool cached = cache.lanes != nullptr && (cache.ready || kHalves == 2);
+  for (int64_t k = 0; k < steps; k += kGroup) {
+    if constexpr ((kHalves & 1) != 0) rows.Prefetch(k);
+    KFactors f[kGroup];
+    if (cached) {
+      for (int i = 0; i < kGroup; ++i) {
+        cache.Load(k + i, &f[i].a[0], &f[i].a[1], &f[i].c[0], &f[i].c[1]);
+      }
+    } else {
+      rows.Factors(k, f);
+      for (int i = 0; i < kGroup; ++i) {
+        cache.Store(k + i, f[i].a[0], f[i].a[1], f[i].c[0], f[i].c[1]);
+      }
+    }
+    KStepHalves<kHalves, 0>(rows, k, f[0], cache, x, x_stride, acc);
+    if constexpr (kGroup == 2) KStepHalves<kHalves, 1>(rows, k, f[1], cache, x, x_stride, acc);
+  }
+  for (int t = 0; t < kActs; ++t) {
+    for (int h = 0; h < 2; ++h) {
+      if (((kHalves >> h) & 1) != 0) out[t][h] = acc[t][h];
+    }
+  }
+}
+
+// y[t * y_stride + r] = dot(row r, activation row t) for r < rows_valid, t < kActs.  Decode takes
+// both halves of a step in one pass; batched tiles all steps of half 0, then of half 1 (each lane
+// sees its steps in the same order).
 template <int kActs, class Rows>
 HWY_INLINE void KHalfTile(const Rows& rows, int64_t steps, const KFactorCache& cache,
                           const std::byte* x, int64_t x_stride, int rows_valid, float* y,
                           int64_t y_stride) {
-  constexpr int kPasses = kActs == 1 ? 1 : 2;
-  constexpr int kGroup = Rows::kFactorSteps;
   __m256 acc[kActs][2];
-  for (int t = 0; t < kActs; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
-  for (int pass = 0; pass < kPasses; ++pass) {
-    // The first pass of a quad's first tile computes the factors; later ones find them cached.
-    const bool cached = cache.lanes != nullptr && (cache.ready || pass > 0);
-    KFactors f[kGroup];
-    for (int64_t step = 0; step < steps; ++step) {
-      const int j = static_cast<int>(step % kGroup);
-      if (j == 0) {
-        if (pass == 0) rows.Prefetch(step);
-        if (cached) {
-          for (int i = 0; i < kGroup; ++i) {
-            cache.Load(step + i, &f[i].a[0], &f[i].a[1], &f[i].c[0], &f[i].c[1]);
-          }
-        } else {
-          rows.Factors(step, f);
-          for (int i = 0; i < kGroup; ++i) {
-            cache.Store(step + i, f[i].a[0], f[i].a[1], f[i].c[0], f[i].c[1]);
-          }
-        }
-      }
-      const std::byte* xs = x + step * internal::kKTileGroupBytes;
-      for (int hh = kPasses == 1 ? 0 : pass; hh < (kPasses == 1 ? 2 : pass + 1); ++hh) {
-        const KHalf w = cache.Weights(step, hh, [&] { return rows.Decode(step, hh); });
-        KHalfStep<Rows::kDot, kActs>(acc, hh, w, f[j].a[hh], f[j].c[hh], xs, x_stride);
-      }
-    }
+  if constexpr (kActs == 1) {
+    KHalfPass<3>(rows, steps, cache, x, x_stride, acc);
+  } else {
+    KHalfPass<1>(rows, steps, cache, x, x_stride, acc);
+    KHalfPass<2>(rows, steps, cache, x, x_stride, acc);
   }
   for (int t = 0; t < kActs; ++t) {
     StoreQuadRows256(acc[t][0], acc[t][1], rows_valid, y + t * y_stride);
@@ -220,7 +256,7 @@ struct KQ45Rows {
     const int h = static_cast<int>(step % 2);
     const __m256i nibble = _mm256_set1_epi8(0x0F);
     const __m256i lanes = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);  // low, high nibbles
-    const auto broadcast = [](const std::byte* p) {
+    const auto broadcast = [](const std::byte* p) __attribute__((always_inline)) {
       return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     };
     KHalf w;
@@ -235,7 +271,7 @@ struct KQ45Rows {
         const __m256i shift =
             _mm256_setr_epi32(bit, bit, bit, bit, bit + 1, bit + 1, bit + 1, bit + 1);
         const __m256i one = _mm256_set1_epi8(1);
-        const auto high = [&](const std::byte* qh) {
+        const auto high = [&](const std::byte* qh) __attribute__((always_inline)) {
           return _mm256_slli_epi16(_mm256_and_si256(_mm256_srlv_epi32(broadcast(qh), shift), one),
                                    4);
         };
@@ -308,7 +344,7 @@ struct KQ6Rows {
     for (int r = 0; r < 4; ++r) {
       const std::byte* ql = rows[r] + offset + 64 * n;
       const std::byte* qh = rows[r] + offset + internal::kQ6KQh + 32 * n;
-      const auto values = [&](int j) {  // j = 0 (lo) or 16 (hi)
+      const auto values = [&](int j) __attribute__((always_inline)) {  // j = 0 (lo) or 16 (hi)
         const __m256i q = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(ql + 32 + j),
                                               reinterpret_cast<const __m128i*>(ql + j));
         const __m256i h =
@@ -335,18 +371,20 @@ struct KMlxQuad : KQuadRows {
   // vpermps index of half hh's factor lanes: lane 4s' + r <- 4 (r % 2) + the group of block
   // 2hh + s' in the chunk, from rows (0, 1) or (2, 3).
   __m256i group_lanes[2]{};
-  // Other widths than 4 and 8 (KMlxUnpack): vpshufb indices gathering the 2 bytes that hold each
-  // of values 0..7 (gather[0]) and 8..15 (gather[1]) of a 16-value run into a word, at a bit offset
-  // of 1..8 (none of 0: a value starting a byte takes it as the high byte under a zero), vpmulhuw
-  // factors 2^(16 - offset) shifting it down, the value mask.
+  // Other widths than 4 and 8 (KMlxRows::Unpack): vpshufb indices gathering the 2 bytes that hold
+  // each of values 0..7 (gather[0]) and 8..15 (gather[1]) of a 16-value run into a word, at a bit
+  // offset of 1..8 (none of 0: a value starting a byte takes it as the high byte under a zero),
+  // vpmulhuw factors 2^(16 - offset) shifting it down, the value mask.
   __m256i gather[2]{};
   __m256i shifts{};
   __m256i mask{};
+  int group_shift = 0;  // log2(group_size)
 };
 
 HWY_INLINE void KMlxPrepare(const MatrixView& w, KMlxQuad* quad) {
   quad->bits = MlxBitsOf(w.type);
   quad->scale_bytes = Traits(w.scale_type).block_bytes;
+  quad->group_shift = std::countr_zero(static_cast<uint64_t>(w.group_size));
   alignas(32) int32_t lanes[2][8];
   for (int hh = 0; hh < 2; ++hh) {
     for (int l = 0; l < 8; ++l) {
@@ -382,25 +420,23 @@ HWY_INLINE void KMlxPrepare(const MatrixView& w, KMlxQuad* quad) {
   quad->mask = _mm256_set1_epi16(static_cast<int16_t>((1 << bits) - 1));
 }
 
-// The first `bytes` (even, <= 16) bytes at p, zeros after; reads only those.
+// The first kBytes bytes at p (kBytes == 0: `bytes`, up to 16), zeros after; reads only those.
+template <int kBytes>
 HWY_INLINE __m128i KLoadBytes16(const std::byte* p, int64_t bytes) {
-  switch (bytes) {
-    case 16:
-      return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    case 8:
-      return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
-    case 4: {
-      int32_t v;
-      std::memcpy(&v, p, sizeof(v));
-      return _mm_cvtsi32_si128(v);
-    }
-    case 2:
-      return _mm_cvtsi32_si128(internal::LoadU16(p));
-    default: {  // 6, 12: scalars of a partial last chunk
-      alignas(16) std::byte buffer[16] = {};
-      std::memcpy(buffer, p, static_cast<size_t>(bytes));
-      return _mm_load_si128(reinterpret_cast<const __m128i*>(buffer));
-    }
+  if constexpr (kBytes == 16) {
+    return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  } else if constexpr (kBytes == 8) {
+    return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+  } else if constexpr (kBytes == 4) {
+    int32_t v;
+    std::memcpy(&v, p, sizeof(v));
+    return _mm_cvtsi32_si128(v);
+  } else if constexpr (kBytes == 2) {
+    return _mm_cvtsi32_si128(internal::LoadU16(p));
+  } else {  // the scalars of a partial last chunk
+    alignas(16) std::byte buffer[16] = {};
+    std::memcpy(buffer, p, static_cast<size_t>(bytes));
+    return _mm_load_si128(reinterpret_cast<const __m128i*>(buffer));
   }
 }
 
@@ -409,28 +445,28 @@ struct KMlxRows {
   static constexpr KDot kDot = kBits == 8 ? KDot::kSigned : KDot::kAffine;
   static constexpr int kFactorSteps = 1;
   const KMlxQuad& quad;
-  int64_t chunk_bytes;    // 16 * bits
-  int64_t prefetch_rows;  // 0: none
-  int64_t copied;         // the step read from tail instead of the rows (-1: none)
-  const std::byte* tail;  // (4, 128): row r's chunk `copied`, zero-padded
+  const std::byte* data[4];    // row r's first chunk
+  const std::byte* scales[4];  // row r's first scale
+  const std::byte* biases[4];
+  int64_t chunk_bytes;      // 16 * bits
+  int64_t prefetch_data;    // bytes ahead; 0: none
+  int64_t prefetch_scales;  // the same rows ahead in the scales and biases
+  int64_t copied = -1;      // the step read from tail instead of the rows (-1: none)
+  const std::byte* tail{};  // (4, 128): row r's chunk `copied`, zero-padded
 
   HWY_INLINE const std::byte* Chunk(int r, int64_t step) const {
-    if (step == copied) return tail + 128 * r;
-    const MatrixView& w = *quad.w;
-    return w.data + quad.row_ids[r] * w.row_stride + step * chunk_bytes;
+    return step == copied ? tail + 128 * r : data[r] + step * chunk_bytes;
   }
 
   HWY_INLINE void Prefetch(int64_t step) const {
-    if (prefetch_rows == 0 || step == copied) return;
-    const MatrixView& w = *quad.w;
-    // kBits == 0: prefetches cover 128 bytes per row and chunk.
+    if (prefetch_data == 0 || step == copied) return;
+    // kBits == 0: prefetches cover the widest chunk (6 bits: 96 bytes).
     constexpr int64_t kChunkBytes = kBits == 0 ? 96 : 16 * kBits;
+    const int64_t scale_offset = (step * 128 >> quad.group_shift) * quad.scale_bytes;
     for (int r = 0; r < 4; ++r) {
-      PrefetchAhead<kChunkBytes>(Chunk(r, step), prefetch_rows * w.row_stride);
-      const int64_t off =
-          quad.row_ids[r] * w.scale_row_stride + step * 128 / w.group_size * quad.scale_bytes;
-      PrefetchAhead<1>(w.scales + off, prefetch_rows * w.scale_row_stride);
-      PrefetchAhead<1>(w.biases + off, prefetch_rows * w.scale_row_stride);
+      PrefetchAhead<kChunkBytes>(data[r] + step * chunk_bytes, prefetch_data);
+      PrefetchAhead<1>(scales[r] + scale_offset, prefetch_scales);
+      PrefetchAhead<1>(biases[r] + scale_offset, prefetch_scales);
     }
   }
 
@@ -439,37 +475,53 @@ struct KMlxRows {
   HWY_INLINE void Factors(int64_t step, KFactors (&f)[1]) const {
     const MatrixView& w = *quad.w;
     const int64_t valid = std::min<int64_t>(4, w.cols / 32 - 4 * step);
-    const int64_t groups = (32 * valid + w.group_size - 1) / w.group_size;
-    const int64_t group0 = step * 128 / w.group_size;
+    const int64_t groups = (32 * valid + (int64_t{1} << quad.group_shift) - 1) >> quad.group_shift;
+    const int64_t offset = (step * 128 >> quad.group_shift) * quad.scale_bytes;
     const int64_t bytes = groups * quad.scale_bytes;
-    // Rows (0, 1) and (2, 3): row r's groups as f32 in lanes 4 (r % 2) + g.
-    const auto rows_f32 = [&](const std::byte* base, int r0) {
-      const std::byte* p = base + group0 * quad.scale_bytes;
-      const __m128i g0 = KLoadBytes16(p + quad.row_ids[r0] * w.scale_row_stride, bytes);
-      const __m128i g1 = KLoadBytes16(p + quad.row_ids[r0 + 1] * w.scale_row_stride, bytes);
-      if (w.scale_type == DType::kF32) {
-        return _mm256_castsi256_ps(_mm256_set_m128i(g1, g0));
-      }
+    switch (bytes) {  // a row's scalars of the chunk, in one load of their size
+      case 16:
+        return FactorsOf<16>(offset, bytes, f[0]);
+      case 8:
+        return FactorsOf<8>(offset, bytes, f[0]);
+      case 4:
+        return FactorsOf<4>(offset, bytes, f[0]);
+      case 2:
+        return FactorsOf<2>(offset, bytes, f[0]);
+      default:
+        return FactorsOf<0>(offset, bytes, f[0]);
+    }
+  }
+
+  template <int kBytes>
+  HWY_INLINE void FactorsOf(int64_t offset, int64_t bytes, KFactors& f) const {
+    const DType type = quad.w->scale_type;
+    // Rows (r0, r0 + 1): row r's groups as f32 in lanes 4 (r % 2) + g.
+    const auto rows_f32 = [&](const std::byte* const* base, int r0) __attribute__((always_inline)) {
+      const __m128i g0 = KLoadBytes16<kBytes>(base[r0] + offset, bytes);
+      const __m128i g1 = KLoadBytes16<kBytes>(base[r0 + 1] + offset, bytes);
+      if (type == DType::kF32) return _mm256_castsi256_ps(_mm256_set_m128i(g1, g0));
       const __m128i words = _mm_unpacklo_epi64(g0, g1);
-      if (w.scale_type == DType::kF16) return _mm256_cvtph_ps(words);
+      if (type == DType::kF16) return _mm256_cvtph_ps(words);
       return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(words), 16));
     };
-    const auto lanes = [&](const std::byte* base, __m256(&out)[2]) {
+    const auto lanes = [&](const std::byte* const* base, __m256(&out)[2])
+        __attribute__((always_inline)) {
       const __m256 v01 = rows_f32(base, 0), v23 = rows_f32(base, 2);
       for (int hh = 0; hh < 2; ++hh) {
         out[hh] = _mm256_blend_ps(_mm256_permutevar8x32_ps(v01, quad.group_lanes[hh]),
                                   _mm256_permutevar8x32_ps(v23, quad.group_lanes[hh]), 0xCC);
       }
     };
-    lanes(w.scales, f[0].a);
-    lanes(w.biases, f[0].c);
+    lanes(scales, f.a);
+    lanes(biases, f.c);
   }
 
   HWY_INLINE KHalf Decode(int64_t step, int hh) const {
     KHalf w;
     for (int r = 0; r < 4; ++r) {
       const std::byte* p = Chunk(r, step);
-      const auto load2 = [](const std::byte* hi, const std::byte* lo) {
+      const auto load2 =
+          [](const std::byte* hi, const std::byte* lo) __attribute__((always_inline)) {
         return _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(hi),
                                    reinterpret_cast<const __m128i*>(lo));
       };
@@ -488,18 +540,18 @@ struct KMlxRows {
         w.hi[r] = _mm256_xor_si256(load2(b + 48, b + 16), flip);
       } else {
         // Values 0..15 of a block take its first 2 * bits bytes, 16..31 the next.
-        const int64_t block = 4 * quad.bits;
+        const int64_t block = chunk_bytes / 4;
         const std::byte* b = p + 2 * hh * block;
-        w.lo[r] = KMlxUnpack(load2(b + block, b));
-        w.hi[r] = KMlxUnpack(load2(b + block + block / 2, b + block / 2));
+        w.lo[r] = Unpack(load2(b + block, b));
+        w.hi[r] = Unpack(load2(b + block + block / 2, b + block / 2));
       }
     }
     return w;
   }
 
   // 16 values at quad.bits bits from the start of each 128-bit lane of src, as bytes.
-  HWY_INLINE __m256i KMlxUnpack(__m256i src) const {
-    const auto values = [&](__m256i gather) {
+  HWY_INLINE __m256i Unpack(__m256i src) const {
+    const auto values = [&](__m256i gather) __attribute__((always_inline)) {
       return _mm256_and_si256(_mm256_mulhi_epu16(_mm256_shuffle_epi8(src, gather), quad.shifts),
                               quad.mask);
     };
@@ -514,21 +566,27 @@ HWY_INLINE void KMlxQuadTile(const KMlxQuad& quad, int rows_valid, int64_t prefe
   const MatrixView& w = *quad.w;
   const int64_t blocks = w.cols / 32;
   const int64_t steps = (blocks + 3) / 4;
-  const int64_t chunk_bytes = 16 * quad.bits;
+  KMlxRows<kBits> rows{quad};
+  rows.chunk_bytes = 16 * quad.bits;
+  rows.prefetch_data = prefetch_rows * w.row_stride;
+  rows.prefetch_scales = prefetch_rows * w.scale_row_stride;
+  for (int r = 0; r < 4; ++r) {
+    rows.data[r] = w.data + quad.row_ids[r] * w.row_stride;
+    rows.scales[r] = w.scales + quad.row_ids[r] * w.scale_row_stride;
+    rows.biases[r] = w.biases + quad.row_ids[r] * w.scale_row_stride;
+  }
   // The last chunk is copied when it is partial, or when the 16-byte loads of other widths than 4
   // and 8 bits would pass its end.
   alignas(32) std::byte tail[4 * 128];
-  int64_t copied = -1;
   if (kBits == 0 || blocks % 4 != 0) {
-    copied = steps - 1;
+    rows.copied = steps - 1;
+    rows.tail = tail;
     std::memset(tail, 0, sizeof(tail));
-    const int64_t bytes = (blocks - 4 * copied) * 4 * quad.bits;
     for (int r = 0; r < 4; ++r) {
-      std::memcpy(tail + 128 * r, w.data + quad.row_ids[r] * w.row_stride + copied * chunk_bytes,
-                  static_cast<size_t>(bytes));
+      std::memcpy(tail + 128 * r, rows.data[r] + rows.copied * rows.chunk_bytes,
+                  static_cast<size_t>((blocks - 4 * rows.copied) * 4 * quad.bits));
     }
   }
-  const KMlxRows<kBits> rows{quad, chunk_bytes, prefetch_rows, copied, tail};
   KHalfTile<kActs>(rows, steps, cache, x, x_stride, rows_valid, y, y_stride);
 }
 
