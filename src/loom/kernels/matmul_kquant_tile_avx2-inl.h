@@ -25,8 +25,8 @@
 //
 // Both halves of a step are taken before the next step, so the rows stream in order (decode, one
 // activation row) and batches read their activations once.
-// Nothing past a row is read: MLX rows whose last chunk would be (a partial chunk, or the 16-byte
-// loads of the other widths than 4 and 8 bits) read it from a zero-padded copy.
+// Nothing past a row is read: an MLX row's last chunk is read from a zero-padded copy when it is
+// partial, or when the 16-byte loads of the widths other than 4 and 8 bits would pass its end.
 
 #if defined(LOOM_KERNELS_MATMUL_KQUANT_TILE_AVX2_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef LOOM_KERNELS_MATMUL_KQUANT_TILE_AVX2_INL_H_
@@ -293,8 +293,7 @@ struct KQ6Rows {
     const __m128 d4 = KQ6RowScales(rows, offset);
     const __m256 d = _mm256_insertf128_ps(_mm256_castps128_ps256(d4), d4, 1);
     for (int n = 0; n < 2; ++n) {
-      // Byte 4s + r: scale 8n + 2s (+ 1) of row r, the dwords 0 and 2 (1 and 3) of t[2n], t[2n +
-      // 1].
+      // Byte 4s + r: scale 8n + 2s (p0) or 8n + 2s + 1 (p1) of row r.
       const __m128i p0 =
           _mm_castps_si128(_mm_shuffle_ps(t[2 * n], t[2 * n + 1], _MM_SHUFFLE(2, 0, 2, 0)));
       const __m128i p1 =
@@ -357,6 +356,7 @@ struct KMlxQuad : KQuadRows {
   int group_shift = 0;  // log2(group_size)
 };
 
+// The MLX layout of w in quad (everything but the rows).
 HWY_INLINE void KMlxPrepare(const MatrixView& w, KMlxQuad* quad) {
   quad->bits = MlxBitsOf(w.type);
   quad->scale_bytes = Traits(w.scale_type).block_bytes;
