@@ -163,7 +163,9 @@ HWY_INLINE void QuadTile(const std::byte* const* rows, int rows_valid, int64_t p
     HalfStep<kType, kActs>(acc, 0, groups, x, xq_stride);
     HalfStep<kType, kActs>(acc, 1, groups, x, xq_stride);
   }
-  for (int a = 0; a < kActs; ++a) StoreQuadRows256(acc[a][0], acc[a][1], rows_valid, y + a * y_stride);
+  for (int a = 0; a < kActs; ++a) {
+    StoreQuadRows256(acc[a][0], acc[a][1], rows_valid, y + a * y_stride);
+  }
 }
 
 #endif  // HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3

@@ -74,9 +74,9 @@ HWY_INLINE __m256i SumBlockLanes256(const __m256i (&v)[4]) {
   return _mm256_add_epi32(_mm256_unpacklo_epi64(s01, s23), _mm256_unpackhi_epi64(s01, s23));
 }
 
-// y[r * y_step] = row r's sum for r < rows_valid, from the accumulators of the halves of a quad's
-// groups (lane 4s' + r: block 2h + s' of row r in `half[h]`): (b0 + b2) + (b1 + b3), the tree of
-// the AVX3_DL tiles' 512-bit reduction.
+// y[r] = row r's sum for r < rows_valid, from the accumulators of a quad's halves (lane 4s' + r of
+// half h: block 2h + s' of row r): (b0 + b2) + (b1 + b3), the tree of the AVX3_DL tiles' 512-bit
+// reduction.
 HWY_INLINE void StoreQuadRows256(__m256 half0, __m256 half1, int rows_valid, float* y) {
   const __m256 t = _mm256_add_ps(half0, half1);
   alignas(16) float rows_sum[4];
