@@ -12,7 +12,9 @@
 // multiplied with up to kTileActs activation rows while it is in L1; integer dots are int16
 // widening multiply-adds, accumulated per block in f32 lanes, reduced once per output.
 // On AVX3_DL, Q4_K, Q5_K, Q6_K and MLX (groups 32/64/128) use the register-tiled vpdpbusd
-// kernels of matmul_kquant_tile-inl.h instead; other types and targets use the portable path.
+// kernels of matmul_kquant_tile-inl.h instead, and on AVX2 and AVX3 the same tiles on 256-bit
+// vectors (matmul_kquant_tile_avx2-inl.h), which give the same bits; their row loop, KTileRows, is
+// below.  Other types and targets use the portable path.
 
 #if defined(LOOM_KERNELS_MATMUL_KQUANT_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef LOOM_KERNELS_MATMUL_KQUANT_INL_H_
@@ -28,6 +30,8 @@
 #include "loom/kernels/block_formats.h"
 #include "loom/kernels/kernels_internal.h"
 #include "loom/kernels/matmul_kquant_tile-inl.h"
+#include "loom/kernels/matmul_kquant_tile_avx2-inl.h"
+#include "loom/kernels/stream_avx3-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace loom::kernels::HWY_NAMESPACE {
@@ -196,10 +200,110 @@ HWY_INLINE void ChunkDot(const Chunk& ch, const int8_t* xq, const float* xd, con
 // Activation rows multiplied with one unpacked chunk while it is in L1.
 inline constexpr int kTileActs = 8;
 
+#if HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
+
+// One quad of rows with kActs activation rows, in the target's tiles.
+template <DType kType, int kActs>
+HWY_INLINE LOOM_KERNELS_QUAD_ATTR void KQuadTile(const KMlxQuad& quad, const std::byte* const* rows,
+                                                 int rows_valid, int64_t prefetch_rows,
+                                                 const KFactorCache& cache, const std::byte* x,
+                                                 int64_t x_stride, float* y, int64_t y_stride) {
+  const MatrixView& w = *quad.w;
+  const int64_t supers = w.cols / internal::kQK;
+  if constexpr (kType == DType::kQ4_K || kType == DType::kQ5_K) {
+    KQ45QuadTile<kType, kActs>(rows, rows_valid, prefetch_rows * w.row_stride, supers, cache, x,
+                               x_stride, y, y_stride);
+  } else if constexpr (kType == DType::kQ6_K) {
+    KQ6QuadTile<kActs>(rows, rows_valid, prefetch_rows * w.row_stride, supers, cache, x, x_stride,
+                       y, y_stride);
+  } else if (w.type == DType::kMlx4) {
+    KMlxQuadTile<4, kActs>(quad, rows_valid, prefetch_rows, cache, x, x_stride, y, y_stride);
+  } else if (w.type == DType::kMlx8) {
+    KMlxQuadTile<8, kActs>(quad, rows_valid, prefetch_rows, cache, x, x_stride, y, y_stride);
+  } else {
+    KMlxQuadTile<0, kActs>(quad, rows_valid, prefetch_rows, cache, x, x_stride, y, y_stride);
+  }
+}
+
+// The products of rows [row_begin, row_end) with n kact rows: 4 weight rows at a time, in tiles of
+// kKTileActs activation rows (then half as many, then 1; the tiles and kKTileActs are the target's:
+// matmul_kquant_tile-inl.h, matmul_kquant_tile_avx2-inl.h), activation rows in chunks whose tile
+// groups stay in L2 (512 KiB of its 1 MiB) while every quad of this thread's rows passes over them.
+template <DType kType>
+LOOM_KERNELS_QUAD_ATTR void KTileRows(const MatrixView& w, int64_t row_begin, int64_t row_end,
+                                      const std::byte* xa, int64_t n, float* y, int64_t y_stride) {
+  const int64_t x_stride = internal::KActRowBytes(w.cols);
+  const std::byte* tiles = xa + internal::KActTileOffset(w.cols);
+  // The bytes of an activation row's tile groups that the kernel reads (Q6_K: values, scales and
+  // corrections; the others: values, scales and sums), whole 128-byte line pairs.
+  const int64_t tile_bytes = (w.cols + internal::kKTileGroupValues - 1) /
+                             internal::kKTileGroupValues * (kType == DType::kQ6_K ? 384 : 256);
+  // The weight type's bytes per 32 values, in eighths (K-quant super-blocks hold 8 x 32).
+  const int64_t block_bytes8 =
+      kType == DType::kMlx4 ? Traits(w.type).block_bytes * 8 : Traits(kType).block_bytes;
+  const int64_t row_bytes = std::max<int64_t>(1, w.cols / 32 * block_bytes8 / 8);
+  // Whole quads ahead, so that the prefetched bytes are those the same tile position of a later
+  // quad will read (see QuantRows).
+  const int64_t prefetch_rows = (kPrefetchBytes + 4 * row_bytes - 1) / (4 * row_bytes) * 4;
+  const int64_t chunk =
+      std::max<int64_t>(kKTileActs, (int64_t{512} << 10) / tile_bytes / kKTileActs * kKTileActs);
+  KMlxQuad quad;
+  quad.w = &w;
+  if constexpr (kType == DType::kMlx4) KMlxPrepare(w, &quad);
+  // With several tiles, rows of up to kKMaxCachedSteps * 128 values (16384) keep their factors
+  // across them (16 KiB).
+  constexpr int64_t kKMaxCachedSteps = 128;
+  alignas(64) float factor_lanes[32 * kKMaxCachedSteps];
+  const int64_t steps = (w.cols + internal::kKTileGroupValues - 1) / internal::kKTileGroupValues;
+  KFactorCache cache;
+  cache.lanes = steps <= kKMaxCachedSteps && n > 1 ? factor_lanes : nullptr;
+  // Decoded weights of rows up to kKMaxDecodedSteps * 128 values (2048: 8 KiB).
+  constexpr int64_t kKMaxDecodedSteps = 16;
+  alignas(64) std::byte decoded[512 * kKMaxDecodedSteps];
+  cache.steps = steps <= kKMaxDecodedSteps && n > 1 ? decoded : nullptr;
+  for (int64_t i0 = 0; i0 < n; i0 += chunk) {
+    const int64_t i1 = std::min(n, i0 + chunk);
+    for (int64_t r = row_begin; r < row_end; r += 4) {
+      const int rows_valid = static_cast<int>(std::min<int64_t>(4, row_end - r));
+      const std::byte* rows[4];
+      for (int k = 0; k < 4; ++k) {
+        quad.row_ids[k] = r + std::min(k, rows_valid - 1);
+        rows[k] = w.data + quad.row_ids[k] * w.row_stride;
+      }
+      // Only the first pass over a quad reads it from memory; later ones hit the L1.
+      int64_t prefetch = prefetch_rows;
+      cache.ready = false;
+      int64_t i = i0;
+      for (; i + kKTileActs <= i1; i += kKTileActs) {
+        KQuadTile<kType, kKTileActs>(quad, rows, rows_valid, prefetch, cache, tiles + i * x_stride,
+                                     x_stride, y + i * y_stride + r, y_stride);
+        prefetch = 0;
+        cache.ready = cache.lanes != nullptr;
+      }
+      if (i + kKTileActs / 2 <= i1) {
+        KQuadTile<kType, kKTileActs / 2>(quad, rows, rows_valid, prefetch, cache,
+                                         tiles + i * x_stride, x_stride, y + i * y_stride + r,
+                                         y_stride);
+        prefetch = 0;
+        cache.ready = cache.lanes != nullptr;
+        i += kKTileActs / 2;
+      }
+      for (; i < i1; ++i) {
+        KQuadTile<kType, 1>(quad, rows, rows_valid, prefetch, cache, tiles + i * x_stride, x_stride,
+                            y + i * y_stride + r, y_stride);
+        prefetch = 0;
+        cache.ready = cache.lanes != nullptr;
+      }
+    }
+  }
+}
+
+#endif  // x86 tiles
+
 template <DType kType>
 void KQuantRows(const MatrixView& w, int64_t row_begin, int64_t row_end, const std::byte* xa,
                 int64_t n, float* y, int64_t y_stride) {
-#if HWY_TARGET == HWY_AVX3_DL
+#if HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
   if (KTileSupports<kType>(w)) {
     KTileRows<kType>(w, row_begin, row_end, xa, n, y, y_stride);
     return;

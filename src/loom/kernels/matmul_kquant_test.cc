@@ -1,6 +1,8 @@
-// The register-tiled K-quant and MLX products (matmul_kquant_tile-inl.h on AVX3_DL, the portable
-// path elsewhere) against the reference on ragged shapes, for every token count of the tile's
-// 8 / 4 / 1 split, and batched rows against single rows bit for bit; and the kact tile groups.
+// The register-tiled K-quant and MLX products (matmul_kquant_tile-inl.h on AVX3_DL,
+// matmul_kquant_tile_avx2-inl.h on AVX2 and AVX3, the portable path elsewhere) against the
+// reference on ragged shapes, for every token count of the tiles' 8 / 4 / 1 (AVX2: 4 / 2 / 1)
+// split, and batched rows against single rows bit for bit; and the kact tile groups.  Their bits
+// across targets: matmul_kquant_lanes_test.cc.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -30,7 +32,7 @@ using testing::MlxCaseName;
 using testing::RandomVector;
 using testing::TestMatrix;
 
-// Every token count 1..17 (tiles of 8, 4 and single rows), row counts that leave 1..3 rows of
+// Every token count 1..17 (tiles of 8 or 4, half as many, and single rows), row counts that leave 1..3 rows of
 // a last quad, and rows of 1 and 3 super-blocks.
 class KQuantTileTest : public ::testing::TestWithParam<DType> {};
 

@@ -1,7 +1,9 @@
 // Register-tiled AVX3_DL (AVX-512 with VNNI and VBMI) products for K-quant (Q4_K, Q5_K, Q6_K) and
 // MLX affine weights (every width 2..8 bits) with kact activations: included once per SIMD target
-// by matmul_kquant-inl.h, empty except for AVX3_DL.  The scheme of Q4_0's quad tiles
-// (matmul_quant-inl.h):
+// by matmul_kquant-inl.h (through matmul_kquant_tile_avx2-inl.h, the same tiles on 256-bit
+// vectors, with the same bits), which also holds their row loop KTileRows.  What the x86 targets
+// share comes first (the types the tiles take, the scale unpacking of the K-quant headers); the
+// AVX3_DL kernels follow.  The scheme of Q4_0's quad tiles (matmul_quant-inl.h):
 //  - activations are read as the kact tile groups (kernels_internal.h): 128 values in two 64-byte
 //    vectors, values 0..15 of block s in 128-bit lane s of the first, 16..31 in the second, next to
 //    per-lane block scales, block sums (for Q4_K/Q5_K mins and MLX biases) and the corrections that
@@ -30,6 +32,8 @@
 #include <array>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
+#include <utility>
 
 #include "hwy/highway.h"
 #include "loom/kernels/block_formats.h"
@@ -39,13 +43,34 @@
 HWY_BEFORE_NAMESPACE();
 namespace loom::kernels::HWY_NAMESPACE {
 
-#if HWY_TARGET == HWY_AVX3_DL
+#if HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX2
 
-// Activation rows per register tile: 8 accumulators, the decoded step of 4 rows (8 vectors) and
-// temporaries fit the 32 vector registers (as Q4_0's kTileActs).
-inline constexpr int kKTileActs = 8;
+// ---- Shared by the x86 tiles (lane l = 4s + r: block s of the step, row r of the quad).
 
-// ---- Lane tables (lane l = 4s + r: block s of the step, row r of the quad).
+// Whether the tiled path handles this product.
+template <DType kType>
+bool KTileSupports(const MatrixView& w) {
+  if constexpr (kType == DType::kQ4_K || kType == DType::kQ5_K || kType == DType::kQ6_K) {
+    return w.cols % internal::kQK == 0;
+  } else if constexpr (kType == DType::kMlx4) {  // every width
+    return IsMlx(w.type) && MlxBitsOf(w.type) >= 2 && MlxBitsOf(w.type) <= 8 && w.cols % 32 == 0 &&
+           (w.group_size == 32 || w.group_size == 64 || w.group_size == 128) &&
+           w.cols % w.group_size == 0 &&
+           (w.scale_type == DType::kF32 || w.scale_type == DType::kF16 ||
+            w.scale_type == DType::kBF16);
+  } else {
+    return false;
+  }
+}
+
+// The weight rows of a quad (rows past the matrix's last repeat a valid one) and, for MLX, their
+// layout; each target's KMlxQuad adds its lane tables.
+struct KQuadRows {
+  const MatrixView* w = nullptr;
+  int bits = 0;             // MLX: bits per value
+  int64_t scale_bytes = 0;  // MLX: bytes per scale or bias
+  int64_t row_ids[4] = {};
+};
 
 constexpr std::array<uint8_t, 16> KTransposeBytes() {  // byte 4s + r <- byte 4r + s
   std::array<uint8_t, 16> idx{};
@@ -54,6 +79,117 @@ constexpr std::array<uint8_t, 16> KTransposeBytes() {  // byte 4s + r <- byte 4r
   }
   return idx;
 }
+alignas(16) inline constexpr std::array<uint8_t, 16> kKTranspose = KTransposeBytes();
+
+// The headers of the 4 rows' Q4_K/Q5_K super-blocks (at rows[r] + offset), unpacked.
+struct KQ45Header {
+  __m128i dd;     // f16 d and dmin of row r in 16-bit lanes 2r, 2r + 1
+  __m128i sc[2];  // byte 4s + r: the 6-bit scale of sub-block 4h + s of row r, in sc[h]
+  __m128i m[2];   // the 6-bit mins
+};
+
+// KScaleMin for all 4 rows at once: the 16 header bytes of each row, transposed so that 32-bit lane
+// r holds row r's word, then the bytes in the lane order.
+HWY_INLINE KQ45Header KQ45HeaderOf(const std::byte* const* rows, int64_t offset) {
+  __m128i v[4];
+  for (int r = 0; r < 4; ++r) {
+    v[r] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[r] + offset));
+  }
+  const __m128i lo01 = _mm_unpacklo_epi32(v[0], v[1]);
+  const __m128i lo23 = _mm_unpacklo_epi32(v[2], v[3]);
+  const __m128i hi01 = _mm_unpackhi_epi32(v[0], v[1]);
+  const __m128i hi23 = _mm_unpackhi_epi32(v[2], v[3]);
+  const __m128i w0 = _mm_unpackhi_epi64(lo01, lo23);  // scale bytes 0..3
+  const __m128i w1 = _mm_unpacklo_epi64(hi01, hi23);  // 4..7
+  const __m128i w2 = _mm_unpackhi_epi64(hi01, hi23);  // 8..11
+  const __m128i k6 = _mm_set1_epi8(0x3F), k4 = _mm_set1_epi8(0x0F), k2 = _mm_set1_epi8(0x03);
+  const __m128i transpose = _mm_load_si128(reinterpret_cast<const __m128i*>(kKTranspose.data()));
+  const auto lanes = [&](__m128i bytes) __attribute__((always_inline)) {
+    return _mm_shuffle_epi8(bytes, transpose);
+  };
+  KQ45Header h;
+  h.dd = _mm_unpacklo_epi64(lo01, lo23);
+  h.sc[0] = lanes(_mm_and_si128(w0, k6));
+  h.m[0] = lanes(_mm_and_si128(w1, k6));
+  h.sc[1] = lanes(_mm_or_si128(_mm_and_si128(w2, k4),
+                               _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(w0, 6), k2), 4)));
+  h.m[1] = lanes(_mm_or_si128(_mm_and_si128(_mm_srli_epi32(w2, 4), k4),
+                              _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(w1, 6), k2), 4)));
+  return h;
+}
+
+// Q6_K: f32 lane r = the super-block scale d of row r (at rows[r] + offset).
+HWY_INLINE __m128 KQ6RowScales(const std::byte* const* rows, int64_t offset) {
+  uint64_t d_bits = 0;
+  for (int r = 0; r < 4; ++r) {
+    d_bits |= static_cast<uint64_t>(internal::LoadU16(rows[r] + offset + internal::kQ6KD))
+              << (16 * r);
+  }
+  return _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(d_bits)));
+}
+
+// The f32 factor vectors and the decoded weights of each step of a quad, kept from its first tile
+// of activation rows for the next ones: they depend on the weights only.  Each target keeps its own
+// vectors there (AVX3_DL: a and c of a step, its KStep; AVX2: the halves' factors, KHalf h at byte
+// 256h).  A null pointer: a row has too many steps for them (then every tile computes them).
+struct KFactorCache {
+  float* lanes = nullptr;      // (steps, 32), 64-byte aligned
+  std::byte* steps = nullptr;  // (steps, 512), 64-byte aligned; with n > 1 and short rows only
+  bool ready = false;          // whether they hold this quad's
+
+  template <class... V>
+  HWY_INLINE void Store(int64_t step, V... v) const {
+    static_assert((sizeof(V) + ...) == 32 * sizeof(float));
+    if (lanes == nullptr) return;
+    auto* p = reinterpret_cast<std::byte*>(lanes + 32 * step);
+    ((*reinterpret_cast<V*>(p) = v, p += sizeof(V)), ...);
+  }
+  template <class... V>
+  HWY_INLINE void Load(int64_t step, V*... v) const {
+    const auto* p = reinterpret_cast<const std::byte*>(lanes + 32 * step);
+    ((*v = *reinterpret_cast<const V*>(p), p += sizeof(V)), ...);
+  }
+  // The decoded weights (lo[4], hi[4]) of part `part` of a step, or decode(), kept for the next
+  // tiles when `steps` is not null (rows short enough for them to stay in L1 beside the
+  // activations).
+  template <class Decode>
+  HWY_INLINE auto Weights(int64_t step, int part, const Decode& decode) const
+      -> decltype(decode()) {
+    using W = decltype(decode());
+    using V = std::remove_reference_t<decltype(std::declval<W&>().lo[0])>;
+    static_assert(sizeof(W) == 8 * sizeof(V) && sizeof(W) <= 512);
+    if (steps == nullptr) return decode();
+    auto* p = reinterpret_cast<V*>(steps + 512 * step + sizeof(W) * part);
+    W w;
+    if (ready) {
+      for (int r = 0; r < 4; ++r) {
+        w.lo[r] = p[r];
+        w.hi[r] = p[4 + r];
+      }
+      return w;
+    }
+    w = decode();
+    for (int r = 0; r < 4; ++r) {
+      p[r] = w.lo[r];
+      p[4 + r] = w.hi[r];
+    }
+    return w;
+  }
+  template <class Decode>
+  HWY_INLINE auto Weights(int64_t step, const Decode& decode) const -> decltype(decode()) {
+    return Weights(step, 0, decode);
+  }
+};
+
+#endif  // x86 tiles
+
+#if HWY_TARGET == HWY_AVX3_DL
+
+// Activation rows per register tile: 8 accumulators, the decoded step of 4 rows (8 vectors) and
+// temporaries fit the 32 vector registers (as Q4_0's kTileActs).
+inline constexpr int kKTileActs = 8;
+
+// ---- Lane tables.
 // Q6_K: the 4 rows' 16 int8 scales in 128-bit lanes r; byte 16 * (2n + p) + 4s + r <- scale
 // 8n + 2s + p of row r (half-block p of block s in the super-block's half n).
 constexpr std::array<uint8_t, 64> KQ6ScaleBytes() {
@@ -86,7 +222,6 @@ constexpr std::array<uint16_t, 32> KQ5HighShift(int h) {  // 16-bit lanes of 128
   return v;
 }
 
-alignas(16) inline constexpr std::array<uint8_t, 16> kKTranspose = KTransposeBytes();
 alignas(64) inline constexpr std::array<uint8_t, 64> kKQ6Scales = KQ6ScaleBytes();
 alignas(64) inline constexpr std::array<int32_t, 16> kKRowD = KRowLanes(0);
 alignas(64) inline constexpr std::array<int32_t, 16> kKRowDmin = KRowLanes(1);
@@ -178,52 +313,10 @@ HWY_INLINE void KStoreRows(const __m512 (&acc)[kActs], int rows_valid, float* y,
   }
 }
 
-// 16 bytes in the order 4r + s as f32 lanes 4s + r.
-HWY_INLINE __m512 KTransposedBytesToF32(__m128i bytes) {
-  const __m128i t =
-      _mm_shuffle_epi8(bytes, _mm_load_si128(reinterpret_cast<const __m128i*>(kKTranspose.data())));
-  return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(t));
+// 16 unsigned bytes as f32 lanes.
+HWY_INLINE __m512 KBytesToF32(__m128i bytes) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(bytes));
 }
-
-// The two f32 factor vectors of each step of a quad (scales and mins or biases), kept from its
-// first tile of activation rows for the next ones: they depend on the weights only.  `lanes` is
-// null when a row has too many steps for the cache (then every tile computes them).
-struct KFactorCache {
-  __m512* lanes = nullptr;  // (steps, 2)
-  bool ready = false;       // whether lanes hold this quad's factors
-
-  HWY_INLINE void Store(int64_t step, __m512 a, __m512 c) const {
-    if (lanes == nullptr) return;
-    _mm512_store_ps(lanes + 2 * step, a);
-    _mm512_store_ps(lanes + 2 * step + 1, c);
-  }
-  HWY_INLINE void Load(int64_t step, __m512* a, __m512* c) const {
-    *a = _mm512_load_ps(lanes + 2 * step);
-    *c = _mm512_load_ps(lanes + 2 * step + 1);
-  }
-  // The decoded weights of the step (KStep), or decode(): kept for the next tiles like the factors
-  // when `steps` is not null (rows short enough for them to stay in L1 beside the activations).
-  __m512i* steps = nullptr;  // (steps, 8)
-  template <class Decode>
-  HWY_INLINE KStep Weights(int64_t step, const Decode& decode) const {
-    KStep w;
-    if (steps != nullptr && ready) {
-      for (int r = 0; r < 4; ++r) {
-        w.lo[r] = _mm512_load_si512(steps + 8 * step + r);
-        w.hi[r] = _mm512_load_si512(steps + 8 * step + 4 + r);
-      }
-      return w;
-    }
-    w = decode();
-    if (steps != nullptr) {
-      for (int r = 0; r < 4; ++r) {
-        _mm512_store_si512(steps + 8 * step + r, w.lo[r]);
-        _mm512_store_si512(steps + 8 * step + 4 + r, w.hi[r]);
-      }
-    }
-    return w;
-  }
-};
 
 // ---- Q4_K and Q5_K: super-block k of each row at rows[r] + offset; its halves h = 0, 1 are steps.
 
@@ -232,37 +325,18 @@ struct KQ45Scales {
   __m512 c[2];  // -dmin * min
 };
 
-// The 6-bit scales and mins of the 4 rows' super-blocks (KScaleMin for all of them at once: the
-// 16 header bytes of each row, transposed so that 32-bit lane r holds row r's word).
+// The scales and mins of the 4 rows' super-blocks as factor lanes.
 HWY_INLINE KQ45Scales KQ45ScalesOf(const std::byte* const* rows, int64_t offset) {
-  __m128i v[4];
-  for (int r = 0; r < 4; ++r) {
-    v[r] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[r] + offset));
-  }
-  const __m128i lo01 = _mm_unpacklo_epi32(v[0], v[1]);
-  const __m128i lo23 = _mm_unpacklo_epi32(v[2], v[3]);
-  const __m128i hi01 = _mm_unpackhi_epi32(v[0], v[1]);
-  const __m128i hi23 = _mm_unpackhi_epi32(v[2], v[3]);
-  const __m128i dd = _mm_unpacklo_epi64(lo01, lo23);  // f16 d, dmin
-  const __m128i w0 = _mm_unpackhi_epi64(lo01, lo23);  // scale bytes 0..3
-  const __m128i w1 = _mm_unpacklo_epi64(hi01, hi23);  // 4..7
-  const __m128i w2 = _mm_unpackhi_epi64(hi01, hi23);  // 8..11
-  const __m128i k6 = _mm_set1_epi8(0x3F), k4 = _mm_set1_epi8(0x0F), k2 = _mm_set1_epi8(0x03);
-  const __m128i sc_lo = _mm_and_si128(w0, k6);
-  const __m128i m_lo = _mm_and_si128(w1, k6);
-  const __m128i sc_hi = _mm_or_si128(_mm_and_si128(w2, k4),
-                                     _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(w0, 6), k2), 4));
-  const __m128i m_hi = _mm_or_si128(_mm_and_si128(_mm_srli_epi32(w2, 4), k4),
-                                    _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(w1, 6), k2), 4));
-  const __m512 ddf = _mm512_castps256_ps512(_mm256_cvtph_ps(dd));  // lanes 2r, 2r + 1
+  const KQ45Header h = KQ45HeaderOf(rows, offset);
+  const __m512 ddf = _mm512_castps256_ps512(_mm256_cvtph_ps(h.dd));  // lanes 2r, 2r + 1
   const __m512 d = _mm512_permutexvar_ps(KLoadTable(kKRowD), ddf);
   const __m512 neg_dmin =
       _mm512_xor_ps(_mm512_permutexvar_ps(KLoadTable(kKRowDmin), ddf), _mm512_set1_ps(-0.0f));
   KQ45Scales s;
-  s.a[0] = _mm512_mul_ps(KTransposedBytesToF32(sc_lo), d);
-  s.a[1] = _mm512_mul_ps(KTransposedBytesToF32(sc_hi), d);
-  s.c[0] = _mm512_mul_ps(KTransposedBytesToF32(m_lo), neg_dmin);
-  s.c[1] = _mm512_mul_ps(KTransposedBytesToF32(m_hi), neg_dmin);
+  for (int k = 0; k < 2; ++k) {
+    s.a[k] = _mm512_mul_ps(KBytesToF32(h.sc[k]), d);
+    s.c[k] = _mm512_mul_ps(KBytesToF32(h.m[k]), neg_dmin);
+  }
   return s;
 }
 
@@ -350,13 +424,7 @@ HWY_INLINE KQ6Scales KQ6ScalesOf(const std::byte* const* rows, int64_t offset) {
   all = _mm512_inserti32x4(all, v[2], 2);
   all = _mm512_inserti32x4(all, v[3], 3);
   const __m512i bytes = _mm512_permutexvar_epi8(KLoadTable(kKQ6Scales), all);
-  uint64_t d_bits = 0;
-  for (int r = 0; r < 4; ++r) {
-    d_bits |= static_cast<uint64_t>(internal::LoadU16(rows[r] + offset + internal::kQ6KD))
-              << (16 * r);
-  }
-  const __m512 d = _mm512_broadcast_f32x4(
-      _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(d_bits))));  // lane 4s+r: d of row r
+  const __m512 d = _mm512_broadcast_f32x4(KQ6RowScales(rows, offset));  // lane 4s+r: d of row r
   const auto lanes = [&](__m128i b) {
     return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b)), d);
   };
@@ -433,19 +501,15 @@ HWY_INLINE __m128 KLoadScalars4(DType type, const std::byte* p, int64_t count) {
   return _mm_castsi128_ps(_mm_slli_epi32(_mm_cvtepu16_epi32(words), 16));
 }
 
-// The MLX matrix's row tile: rows, their groups' layout, and the lane index of the groups.
-struct KMlxQuad {
-  const MatrixView* w;
-  int bits = 0;             // MLX: bits per value
-  int64_t scale_bytes = 0;  // MLX: bytes per scale or bias
-  int64_t row_ids[4];
-  __m512i group_lanes;  // lane 4s+r <- 4r + (group of block s in the chunk)
+// A quad of rows and, for MLX, the lane index of the groups.
+struct KMlxQuad : KQuadRows {
+  __m512i group_lanes{};  // lane 4s+r <- 4r + (group of block s in the chunk)
   // Other widths than 4 and 8 (KMlxDecodeBits): the bytes of each 8 values gathered into a qword
   // (vpermt2b indices for values 0..15 and 16..31 of the 4 blocks), vpmultishiftqb offsets of the
   // 8 values in a qword, the value mask.
-  __m512i gather[2];
-  __m512i shifts;
-  __m512i mask;
+  __m512i gather[2]{};
+  __m512i shifts{};
+  __m512i mask{};
 };
 
 // The lanes of KMlxQuad for `bits`-bit values.
@@ -465,6 +529,18 @@ HWY_INLINE void KMlxBitTables(int bits, KMlxQuad* quad) {
   quad->gather[1] = _mm512_load_si512(gather[1]);
   quad->shifts = _mm512_load_si512(shifts);
   quad->mask = _mm512_set1_epi8(static_cast<char>((1 << bits) - 1));
+}
+
+// The MLX layout of w in quad (everything but the rows).
+HWY_INLINE void KMlxPrepare(const MatrixView& w, KMlxQuad* quad) {
+  alignas(64) int32_t lanes[16];
+  for (int l = 0; l < 16; ++l) {
+    lanes[l] = 4 * (l % 4) + static_cast<int32_t>(l / 4 * 32 / w.group_size);
+  }
+  quad->group_lanes = _mm512_load_si512(lanes);
+  quad->bits = MlxBitsOf(w.type);
+  quad->scale_bytes = Traits(w.scale_type).block_bytes;
+  KMlxBitTables(quad->bits, quad);
 }
 
 // lane 4s + r: scale (a) and bias (c) of block s's group in row r.
@@ -591,128 +667,6 @@ HWY_INLINE LOOM_KERNELS_VNNI_ATTR void KMlxQuadTile(const KMlxQuad& quad, int ro
         a, c, x + full * internal::kKTileGroupBytes, x_stride);
   }
   KStoreRows<kActs>(acc, rows_valid, y, y_stride);
-}
-
-// ---- Row loops.
-
-// Whether the tiled path handles this product.
-template <DType kType>
-bool KTileSupports(const MatrixView& w) {
-  if constexpr (kType == DType::kQ4_K || kType == DType::kQ5_K || kType == DType::kQ6_K) {
-    return w.cols % internal::kQK == 0;
-  } else if constexpr (kType == DType::kMlx4) {  // every width
-    return IsMlx(w.type) && MlxBitsOf(w.type) >= 2 && MlxBitsOf(w.type) <= 8 && w.cols % 32 == 0 &&
-           (w.group_size == 32 || w.group_size == 64 || w.group_size == 128) &&
-           w.cols % w.group_size == 0 &&
-           (w.scale_type == DType::kF32 || w.scale_type == DType::kF16 ||
-            w.scale_type == DType::kBF16);
-  } else {
-    return false;
-  }
-}
-
-// One quad of rows with kActs activation rows.
-template <DType kType, int kActs>
-HWY_INLINE LOOM_KERNELS_VNNI_ATTR void KQuadTile(const KMlxQuad& quad, const std::byte* const* rows,
-                                                 int rows_valid, int64_t prefetch_rows,
-                                                 const KFactorCache& cache, const std::byte* x,
-                                                 int64_t x_stride, float* y, int64_t y_stride) {
-  const MatrixView& w = *quad.w;
-  const int64_t supers = w.cols / internal::kQK;
-  if constexpr (kType == DType::kQ4_K || kType == DType::kQ5_K) {
-    KQ45QuadTile<kType, kActs>(rows, rows_valid, prefetch_rows * w.row_stride, supers, cache, x,
-                               x_stride, y, y_stride);
-  } else if constexpr (kType == DType::kQ6_K) {
-    KQ6QuadTile<kActs>(rows, rows_valid, prefetch_rows * w.row_stride, supers, cache, x, x_stride,
-                       y, y_stride);
-  } else if (w.type == DType::kMlx4) {
-    KMlxQuadTile<4, kActs>(quad, rows_valid, prefetch_rows, cache, x, x_stride, y, y_stride);
-  } else if (w.type == DType::kMlx8) {
-    KMlxQuadTile<8, kActs>(quad, rows_valid, prefetch_rows, cache, x, x_stride, y, y_stride);
-  } else {
-    KMlxQuadTile<0, kActs>(quad, rows_valid, prefetch_rows, cache, x, x_stride, y, y_stride);
-  }
-}
-
-// The products of rows [row_begin, row_end) with n kact rows: 4 weight rows at a time, in tiles of
-// kKTileActs activation rows (then 4, then 1), activation rows in chunks whose tile groups stay in
-// L2 (512 KiB of its 1 MiB) while every quad of this thread's rows passes over them.
-template <DType kType>
-LOOM_KERNELS_VNNI_ATTR void KTileRows(const MatrixView& w, int64_t row_begin, int64_t row_end,
-                                      const std::byte* xa, int64_t n, float* y, int64_t y_stride) {
-  const int64_t x_stride = internal::KActRowBytes(w.cols);
-  const std::byte* tiles = xa + internal::KActTileOffset(w.cols);
-  // The bytes of an activation row's tile groups that the kernel reads (Q6_K: values, scales and
-  // corrections; the others: values, scales and sums), whole 128-byte line pairs.
-  const int64_t tile_bytes = (w.cols + internal::kKTileGroupValues - 1) /
-                             internal::kKTileGroupValues * (kType == DType::kQ6_K ? 384 : 256);
-  // The weight type's bytes per 32 values, in eighths (K-quant super-blocks hold 8 x 32).
-  const int64_t block_bytes8 =
-      kType == DType::kMlx4 ? Traits(w.type).block_bytes * 8 : Traits(kType).block_bytes;
-  const int64_t row_bytes = std::max<int64_t>(1, w.cols / 32 * block_bytes8 / 8);
-  // Whole quads ahead, so that the prefetched bytes are those the same tile position of a later
-  // quad will read (see QuantRows).
-  const int64_t prefetch_rows = (kPrefetchBytes + 4 * row_bytes - 1) / (4 * row_bytes) * 4;
-  const int64_t chunk =
-      std::max<int64_t>(kKTileActs, (int64_t{512} << 10) / tile_bytes / kKTileActs * kKTileActs);
-  KMlxQuad quad;
-  quad.w = &w;
-  quad.group_lanes = _mm512_setzero_si512();
-  if constexpr (kType == DType::kMlx4) {
-    alignas(64) int32_t lanes[16];
-    for (int l = 0; l < 16; ++l) {
-      lanes[l] = 4 * (l % 4) + static_cast<int32_t>(l / 4 * 32 / w.group_size);
-    }
-    quad.group_lanes = _mm512_load_si512(lanes);
-    quad.bits = MlxBitsOf(w.type);
-    quad.scale_bytes = Traits(w.scale_type).block_bytes;
-    KMlxBitTables(quad.bits, &quad);
-  }
-  // Steps of up to kKMaxCachedSteps * 128 values (16384) keep their factors across tiles (16 KiB).
-  constexpr int64_t kKMaxCachedSteps = 128;
-  alignas(64) __m512 factor_lanes[2 * kKMaxCachedSteps];
-  const int64_t steps = (w.cols + internal::kKTileGroupValues - 1) / internal::kKTileGroupValues;
-  KFactorCache cache;
-  cache.lanes = steps <= kKMaxCachedSteps ? factor_lanes : nullptr;
-  // Decoded weights of rows up to kKMaxDecodedSteps * 128 values (6144: 24 KiB).
-  constexpr int64_t kKMaxDecodedSteps = 16;
-  alignas(64) __m512i decoded[8 * kKMaxDecodedSteps];
-  cache.steps = steps <= kKMaxDecodedSteps && n > 1 ? decoded : nullptr;
-  for (int64_t i0 = 0; i0 < n; i0 += chunk) {
-    const int64_t i1 = std::min(n, i0 + chunk);
-    for (int64_t r = row_begin; r < row_end; r += 4) {
-      const int rows_valid = static_cast<int>(std::min<int64_t>(4, row_end - r));
-      const std::byte* rows[4];
-      for (int k = 0; k < 4; ++k) {
-        quad.row_ids[k] = r + std::min(k, rows_valid - 1);
-        rows[k] = w.data + quad.row_ids[k] * w.row_stride;
-      }
-      // Only the first pass over a quad reads it from memory; later ones hit the L1.
-      int64_t prefetch = prefetch_rows;
-      cache.ready = false;
-      int64_t i = i0;
-      for (; i + kKTileActs <= i1; i += kKTileActs) {
-        KQuadTile<kType, kKTileActs>(quad, rows, rows_valid, prefetch, cache, tiles + i * x_stride,
-                                     x_stride, y + i * y_stride + r, y_stride);
-        prefetch = 0;
-        cache.ready = cache.lanes != nullptr;
-      }
-      if (i + kKTileActs / 2 <= i1) {
-        KQuadTile<kType, kKTileActs / 2>(quad, rows, rows_valid, prefetch, cache,
-                                         tiles + i * x_stride, x_stride, y + i * y_stride + r,
-                                         y_stride);
-        prefetch = 0;
-        cache.ready = cache.lanes != nullptr;
-        i += kKTileActs / 2;
-      }
-      for (; i < i1; ++i) {
-        KQuadTile<kType, 1>(quad, rows, rows_valid, prefetch, cache, tiles + i * x_stride, x_stride,
-                            y + i * y_stride + r, y_stride);
-        prefetch = 0;
-        cache.ready = cache.lanes != nullptr;
-      }
-    }
-  }
 }
 
 #endif  // HWY_TARGET == HWY_AVX3_DL

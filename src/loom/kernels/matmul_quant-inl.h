@@ -260,14 +260,6 @@ inline constexpr int kTileActs = 8;
 
 #if HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
 
-// The quad tiles' attribute: VNNI inside AVX3_DL only.
-#undef LOOM_KERNELS_QUAD_ATTR
-#if HWY_TARGET == HWY_AVX3_DL
-#define LOOM_KERNELS_QUAD_ATTR LOOM_KERNELS_VNNI_ATTR
-#else
-#define LOOM_KERNELS_QUAD_ATTR
-#endif
-
 template <DType kType>
 LOOM_KERNELS_QUAD_ATTR void QuantRows(const MatrixView& w, int64_t row_begin, int64_t row_end,
                                       const std::byte* xq, int64_t n, float* y, int64_t y_stride) {

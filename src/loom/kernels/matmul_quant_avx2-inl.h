@@ -75,20 +75,6 @@ HWY_INLINE __m256 HalfScales(const std::byte* const* groups, int h) {
       _mm_set_epi64x(static_cast<int64_t>(s1), static_cast<int64_t>(s0)));
 }
 
-// Lane 4s+r of the result = the sum of the 4 32-bit lanes of block s (lanes 4s..4s+3) of v[r]
-// (the in-lane unpacks of the AVX3_DL SumBlockLanes, on 256 bits).  kI16: the adds are of int16
-// pairs, each 32-bit lane of the result two int16 sums.
-enum LaneSum { kI32, kI16 };
-template <LaneSum kSum>
-HWY_INLINE __m256i SumBlockLanes256(const __m256i (&v)[4]) {
-  const auto add = [](__m256i a, __m256i b) {
-    return kSum == kI32 ? _mm256_add_epi32(a, b) : _mm256_add_epi16(a, b);
-  };
-  const __m256i s01 = add(_mm256_unpacklo_epi32(v[0], v[1]), _mm256_unpackhi_epi32(v[0], v[1]));
-  const __m256i s23 = add(_mm256_unpacklo_epi32(v[2], v[3]), _mm256_unpackhi_epi32(v[2], v[3]));
-  return add(_mm256_unpacklo_epi64(s01, s23), _mm256_unpackhi_epi64(s01, s23));
-}
-
 // acc[a][h] (lane 4s + r) += half h of the products of the quad's group (groups[r]) with the
 // qact group of activation row a (at x + a * xq_stride).
 template <DType kType, int kActs>
@@ -181,11 +167,7 @@ HWY_INLINE void QuadTile(const std::byte* const* rows, int rows_valid, int64_t p
     HalfStep<kType, kActs>(acc, 1, groups, x, xq_stride);
   }
   for (int a = 0; a < kActs; ++a) {
-    // Row r = (b0 + b2) + (b1 + b3) of its block lanes.
-    const __m256 t = _mm256_add_ps(acc[a][0], acc[a][1]);
-    alignas(16) float rows_sum[4];
-    _mm_store_ps(rows_sum, _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1)));
-    for (int r = 0; r < rows_valid; ++r) y[a * y_stride + r] = rows_sum[r];
+    StoreQuadRows256(acc[a][0], acc[a][1], rows_valid, y + a * y_stride);
   }
 }
 

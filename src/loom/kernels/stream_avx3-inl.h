@@ -1,6 +1,7 @@
 // Helpers of the x86 matrix-vector kernels that stream weights from memory (matmul_quant-inl.h,
-// matmul_quant_avx2-inl.h, matmul_kquant-inl.h): software prefetch ahead of the rows being
-// multiplied (AVX2, AVX3, AVX3_DL), and masks for loads at the ends of rows (AVX3_DL).  Included
+// matmul_quant_avx2-inl.h, matmul_kquant-inl.h and its tiles): the quad tiles' function attribute,
+// software prefetch ahead of the rows being multiplied (AVX2, AVX3, AVX3_DL), masks for loads at
+// the ends of rows (AVX3_DL), and the lane sums of the 256-bit quad tiles (AVX2, AVX3).  Included
 // once per SIMD target.
 
 #if defined(LOOM_KERNELS_STREAM_AVX3_INL_H_) == defined(HWY_TARGET_TOGGLE)
@@ -15,11 +16,21 @@
 
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
+#include "loom/kernels/kernels_internal.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace loom::kernels::HWY_NAMESPACE {
 
 #if HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX2
+
+// The attribute of the quad tiles and their row loops (QuantRows, KTileRows): VNNI inside AVX3_DL
+// only.
+#undef LOOM_KERNELS_QUAD_ATTR
+#if HWY_TARGET == HWY_AVX3_DL
+#define LOOM_KERNELS_QUAD_ATTR LOOM_KERNELS_VNNI_ATTR
+#else
+#define LOOM_KERNELS_QUAD_ATTR
+#endif
 
 // How far ahead of the rows being multiplied the weights are prefetched, rounded up to whole
 // quads of rows: rows of quantized weights are short, ~1-3 KiB, too short for the hardware
@@ -43,9 +54,9 @@ HWY_INLINE void PrefetchAhead(const std::byte* p, int64_t offset) {
   }
 }
 
-// Prefetches the cache lines of [base + offset, base + offset + bytes) in order, a few per Next(), spread over
-// `steps` calls: the quad `prefetch_offset` ahead as one sequential run instead of four
-// interleaved rows.  On Zen 3 the hardware prefetchers follow the run much better: a read loop
+// Prefetches the cache lines of [base + offset, base + offset + bytes) in order, a few per
+// Next(), spread over `steps` calls: the quad `prefetch_offset` ahead as one sequential run
+// instead of four interleaved rows.  On Zen 3 the hardware prefetchers follow the run much better: a read loop
 // over quads of four 1,152-byte rows streamed 13-16 GB/s on one core prefetching each row ahead,
 // 17-18 GB/s prefetching the run (sequential reads: 19-20); the AVX2 Q4_0 products of 2048-value
 // rows rose from 0.60-0.70 to 0.80-0.94 of the read bandwidth (docs/benchmarks.md).
@@ -86,6 +97,34 @@ HWY_INLINE __mmask64 FirstLanes(int64_t count) {
 }
 
 #endif  // HWY_TARGET == HWY_AVX3_DL
+
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX2
+
+// Lane 4s+r of the result = the sum of the 4 32-bit lanes of block s (lanes 4s..4s+3) of v[r]
+// (the in-lane unpacks of the AVX3_DL SumBlockLanes, on 256 bits).  kI16: the adds are of int16
+// pairs, each 32-bit lane of the result two int16 sums.
+enum LaneSum { kI32, kI16 };
+template <LaneSum kSum>
+HWY_INLINE __m256i SumBlockLanes256(const __m256i (&v)[4]) {
+  const auto add = [](__m256i a, __m256i b) {
+    return kSum == kI32 ? _mm256_add_epi32(a, b) : _mm256_add_epi16(a, b);
+  };
+  const __m256i s01 = add(_mm256_unpacklo_epi32(v[0], v[1]), _mm256_unpackhi_epi32(v[0], v[1]));
+  const __m256i s23 = add(_mm256_unpacklo_epi32(v[2], v[3]), _mm256_unpackhi_epi32(v[2], v[3]));
+  return add(_mm256_unpacklo_epi64(s01, s23), _mm256_unpackhi_epi64(s01, s23));
+}
+
+// y[r] = row r's sum for r < rows_valid, from the accumulators of a quad's halves (lane 4s' + r of
+// half h: block 2h + s' of row r): (b0 + b2) + (b1 + b3), the tree of the AVX3_DL tiles' 512-bit
+// reduction.
+HWY_INLINE void StoreQuadRows256(__m256 half0, __m256 half1, int rows_valid, float* y) {
+  const __m256 t = _mm256_add_ps(half0, half1);
+  alignas(16) float rows_sum[4];
+  _mm_store_ps(rows_sum, _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1)));
+  for (int r = 0; r < rows_valid; ++r) y[r] = rows_sum[r];
+}
+
+#endif  // HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX2
 
 }  // namespace loom::kernels::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
