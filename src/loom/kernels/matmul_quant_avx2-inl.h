@@ -68,8 +68,14 @@ HWY_INLINE __m256 HalfScales(const std::byte* const* groups, int h) {
   constexpr int64_t kB = internal::QuantBlockBytes(kType);
   uint64_t s0 = 0, s1 = 0;
   for (int r = 0; r < 4; ++r) {
-    s0 |= static_cast<uint64_t>(internal::LoadU16(groups[r] + 2 * h * kB)) << (16 * r);
-    s1 |= static_cast<uint64_t>(internal::LoadU16(groups[r] + (2 * h + 1) * kB)) << (16 * r);
+    uint64_t w0 = internal::LoadU16(groups[r] + 2 * h * kB);
+    uint64_t w1 = internal::LoadU16(groups[r] + (2 * h + 1) * kB);
+    // Kept in general registers: GCC otherwise packs these loads, shifts and ors into a dozen
+    // vector shuffles per half (measured: 132 vector instructions per group instead of ~110),
+    // while the integer units are idle.
+    asm("" : "+r"(w0), "+r"(w1));
+    s0 |= w0 << (16 * r);
+    s1 |= w1 << (16 * r);
   }
   return _mm256_cvtph_ps(
       _mm_set_epi64x(static_cast<int64_t>(s1), static_cast<int64_t>(s0)));
