@@ -202,12 +202,9 @@ struct KQ45Rows {
   static constexpr int64_t kBytes =
       kType == DType::kQ4_K ? internal::kQ4KBlockBytes : internal::kQ5KBlockBytes;
   const std::byte* const* rows;
-  int64_t prefetch_offset;  // bytes ahead; 0: none
+  mutable RegionPrefetcher prefetcher;  // the quad ahead, a part per super-block
 
-  HWY_INLINE void Prefetch(int64_t step) const {
-    if (prefetch_offset == 0) return;
-    for (int r = 0; r < 4; ++r) PrefetchAhead<kBytes>(rows[r] + step / 2 * kBytes, prefetch_offset);
-  }
+  HWY_INLINE void Prefetch(int64_t /*step*/) const { prefetcher.Next(); }
 
   HWY_INLINE void Factors(int64_t step, KFactors (&f)[2]) const {
     const KQ45Header h = KQ45HeaderOf(rows, step / 2 * kBytes);
@@ -268,12 +265,9 @@ struct KQ6Rows {
   static constexpr int kFactorSteps = 2;
   static constexpr int64_t kBytes = internal::kQ6KBlockBytes;
   const std::byte* const* rows;
-  int64_t prefetch_offset;
+  mutable RegionPrefetcher prefetcher;  // the quad ahead, a part per super-block
 
-  HWY_INLINE void Prefetch(int64_t step) const {
-    if (prefetch_offset == 0) return;
-    for (int r = 0; r < 4; ++r) PrefetchAhead<kBytes>(rows[r] + step / 2 * kBytes, prefetch_offset);
-  }
+  HWY_INLINE void Prefetch(int64_t /*step*/) const { prefetcher.Next(); }
 
   // a of step n's half-block p of block s, row r = d of row r * scale 8n + 2s + p of row r.
   HWY_INLINE void Factors(int64_t step, KFactors (&f)[2]) const {
@@ -572,15 +566,20 @@ template <DType kType, int kActs>
 HWY_INLINE void KQ45QuadTile(const std::byte* const* rows, int rows_valid, int64_t prefetch_offset,
                              int64_t supers, const KFactorCache& cache, const std::byte* x,
                              int64_t x_stride, float* y, int64_t y_stride) {
-  KHalfTile<kActs>(KQ45Rows<kType>{rows, prefetch_offset}, 2 * supers, cache, x, x_stride,
-                   rows_valid, y, y_stride);
+  constexpr int64_t kBytes = KQ45Rows<kType>::kBytes;
+  const RegionPrefetcher prefetcher(rows[0], prefetch_offset, rows[3] - rows[0] + supers * kBytes,
+                                    supers);
+  KHalfTile<kActs>(KQ45Rows<kType>{rows, prefetcher}, 2 * supers, cache, x, x_stride, rows_valid,
+                   y, y_stride);
 }
 
 template <int kActs>
 HWY_INLINE void KQ6QuadTile(const std::byte* const* rows, int rows_valid, int64_t prefetch_offset,
                             int64_t supers, const KFactorCache& cache, const std::byte* x,
                             int64_t x_stride, float* y, int64_t y_stride) {
-  KHalfTile<kActs>(KQ6Rows{rows, prefetch_offset}, 2 * supers, cache, x, x_stride, rows_valid, y,
+  const RegionPrefetcher prefetcher(rows[0], prefetch_offset,
+                                    rows[3] - rows[0] + supers * KQ6Rows::kBytes, supers);
+  KHalfTile<kActs>(KQ6Rows{rows, prefetcher}, 2 * supers, cache, x, x_stride, rows_valid, y,
                    y_stride);
 }
 
