@@ -30,6 +30,7 @@
 #include "loom/kernels/block_formats.h"
 #include "loom/kernels/kernels_internal.h"
 #include "loom/kernels/matmul_kquant_tile-inl.h"
+#include "loom/kernels/matmul_kquant_decode_avx2-inl.h"
 #include "loom/kernels/matmul_kquant_tile_avx2-inl.h"
 #include "loom/kernels/stream_avx3-inl.h"
 
@@ -245,6 +246,13 @@ LOOM_KERNELS_QUAD_ATTR void KTileRows(const MatrixView& w, int64_t row_begin, in
   // Whole quads ahead, so that the prefetched bytes are those the same tile position of a later
   // quad will read (see QuantRows).
   const int64_t prefetch_rows = (kPrefetchBytes + 4 * row_bytes - 1) / (4 * row_bytes) * 4;
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
+  // Decode: the cheaper n = 1 forms of the tiles (matmul_kquant_decode_avx2-inl.h).
+  if (kType == DType::kMlx4 && n == 1 &&
+      KMlxDecodeRows(w, row_begin, row_end, xa, prefetch_rows, y)) {
+    return;
+  }
+#endif
   const int64_t chunk =
       std::max<int64_t>(kKTileActs, (int64_t{512} << 10) / tile_bytes / kKTileActs * kKTileActs);
   KMlxQuad quad;

@@ -1,0 +1,363 @@
+// Decode (one activation row, n = 1) of the MLX products on AVX2 and AVX3 (AVX-512 without VNNI):
+// the tiles of matmul_kquant_tile_avx2-inl.h with one activation row, cheaper in instructions.
+// Included by matmul_kquant-inl.h once per SIMD target; empty for other targets.
+//
+// On Zen 3 these products are compute-bound in decode, and most of their instructions ran on the
+// two shuffle/shift pipes (unpacks, shifts, vpermps, byte widening) while the multiply pipes and
+// the integer units idled.  So, with the same lanes and the same f32 arithmetic as the tiles (the
+// same bits: matmul_kquant_lanes_test holds both to a scalar model):
+//  - the factors (scales, biases) of a quad's rows are transposed once per quad, a group at a
+//    time, into a table with a 4-row vector per block, which each step loads as the factor lanes
+//    4s' + r of its halves (no per-step permutes and widening);
+//  - 4-bit weights meet activations kept in nibble order: a copy of the activation row, made once
+//    per call, holds each block's even values, then its odd ones, so that a byte's low and high
+//    nibbles multiply as they are loaded (no byte interleaving of the weights);
+//  - integer sums of 4-bit weights are added in int16 through the lane tree and widened once.
+// The integer dot product of a (block, row) lane is exact whichever way its products are paired,
+// so only the f32 part fixes the bits, and it is the tiles' own.
+
+#if defined(LOOM_KERNELS_MATMUL_KQUANT_DECODE_AVX2_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef LOOM_KERNELS_MATMUL_KQUANT_DECODE_AVX2_INL_H_
+#undef LOOM_KERNELS_MATMUL_KQUANT_DECODE_AVX2_INL_H_
+#else
+#define LOOM_KERNELS_MATMUL_KQUANT_DECODE_AVX2_INL_H_
+#endif
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "hwy/highway.h"
+#include "loom/kernels/block_formats.h"
+#include "loom/kernels/kernels_internal.h"
+#include "loom/kernels/matmul_kquant_tile-inl.h"
+#include "loom/kernels/matmul_kquant_tile_avx2-inl.h"
+#include "loom/kernels/stream_avx3-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace loom::kernels::HWY_NAMESPACE {
+
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
+
+// Rows of up to kKDecodeMaxSteps * 128 values (16384) take this path; longer ones the tiles.
+inline constexpr int64_t kKDecodeMaxSteps = 128;
+
+// The activation row of a decode call: its kact tile groups and, for MLX 4-bit weights, its values
+// in nibble order (step s at nibbles + 128 s: bytes [16b, 16b + 16) hold values 0, 2, .., 30 of
+// block b of the step, bytes [64 + 16b, 64 + 16b + 16) values 1, 3, .., 31).
+struct KDecodeActs {
+  const std::byte* tiles = nullptr;
+  const std::byte* nibbles = nullptr;
+};
+
+// The nibble-order copy of n_steps tile groups at tiles (out: 128 bytes per step, 32-byte aligned).
+HWY_INLINE void KNibbleOrderActs(const std::byte* tiles, int64_t n_steps, std::byte* out) {
+  // Per 128-bit lane: even bytes to the low 8, odd bytes to the high 8.
+  const __m256i split = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0,
+                                         2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  for (int64_t s = 0; s < n_steps; ++s) {
+    const std::byte* g = tiles + s * internal::kKTileGroupBytes;
+    std::byte* o = out + 128 * s;
+    for (int hh = 0; hh < 2; ++hh) {  // blocks 2hh, 2hh + 1 in the 128-bit lanes
+      const __m256i lo = _mm256_shuffle_epi8(
+          _mm256_load_si256(reinterpret_cast<const __m256i*>(g + internal::kKTileLo + 32 * hh)),
+          split);
+      const __m256i hi = _mm256_shuffle_epi8(
+          _mm256_load_si256(reinterpret_cast<const __m256i*>(g + internal::kKTileHi + 32 * hh)),
+          split);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(o + 32 * hh), _mm256_unpacklo_epi64(lo, hi));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(o + 64 + 32 * hh),
+                         _mm256_unpackhi_epi64(lo, hi));
+    }
+  }
+}
+
+// ---- The factor table of a quad: t + 4b (b < 4 * steps) holds the f32 scale (or bias) of block
+// b's group in rows 0..3, zero past the row's last block.
+
+// Prefetches the cache lines of [p, p + bytes) (integer arithmetic: they may lie past the matrix).
+HWY_INLINE void PrefetchRegion(const std::byte* p, int64_t bytes) {
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63};
+  const uintptr_t end = reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(bytes);
+  for (uintptr_t a = begin; a < end; a += 64) hwy::Prefetch(reinterpret_cast<const std::byte*>(a));
+}
+
+// Writes the 4-row vector v of group g0 + j (j < count) to the blocks of the group.
+template <int kBlocksPerGroup>
+HWY_INLINE void KStoreGroup(float* t, int64_t g0, int64_t j, int64_t count, __m128 v) {
+  if (j >= count) return;
+  const int64_t g = g0 + j;
+  for (int k = 0; k < kBlocksPerGroup; ++k) _mm_store_ps(t + 4 * (g * kBlocksPerGroup + k), v);
+}
+
+// Groups [g0, g0 + kGroups) of the 4 rows (kGroups * scale bytes at base[r] + g0 * scale bytes,
+// or the zero-padded copies `copy` when there are fewer, `count`) as 4-row vectors.
+template <int kBlocksPerGroup>
+HWY_INLINE void KTransposeGroups(DType type, const std::byte* const* base, int64_t g0,
+                                 int64_t count, float* t) {
+  const int64_t sb = type == DType::kF32 ? 4 : 2;
+  const int64_t per = 16 / sb;  // groups per 16-byte load
+  __m128i v[4];
+  for (int r = 0; r < 4; ++r) {
+    const std::byte* p = base[r] + g0 * sb;
+    if (count >= per) {
+      v[r] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    } else {  // the last groups of the rows: nothing past them is read
+      alignas(16) std::byte copy[16] = {};
+      std::memcpy(copy, p, static_cast<size_t>(count * sb));
+      v[r] = _mm_load_si128(reinterpret_cast<const __m128i*>(copy));
+    }
+  }
+  if (type == DType::kF32) {
+    const __m128 t01 = _mm_unpacklo_ps(_mm_castsi128_ps(v[0]), _mm_castsi128_ps(v[1]));
+    const __m128 t23 = _mm_unpacklo_ps(_mm_castsi128_ps(v[2]), _mm_castsi128_ps(v[3]));
+    const __m128 u01 = _mm_unpackhi_ps(_mm_castsi128_ps(v[0]), _mm_castsi128_ps(v[1]));
+    const __m128 u23 = _mm_unpackhi_ps(_mm_castsi128_ps(v[2]), _mm_castsi128_ps(v[3]));
+    KStoreGroup<kBlocksPerGroup>(t, g0, 0, count, _mm_movelh_ps(t01, t23));
+    KStoreGroup<kBlocksPerGroup>(t, g0, 1, count, _mm_movehl_ps(t23, t01));
+    KStoreGroup<kBlocksPerGroup>(t, g0, 2, count, _mm_movelh_ps(u01, u23));
+    KStoreGroup<kBlocksPerGroup>(t, g0, 3, count, _mm_movehl_ps(u23, u01));
+    return;
+  }
+  // 16-bit words: u[k] holds groups 2k, 2k + 1 of rows 0..3 in words 4j + r.
+  const __m128i t0 = _mm_unpacklo_epi16(v[0], v[1]), t1 = _mm_unpackhi_epi16(v[0], v[1]);
+  const __m128i t2 = _mm_unpacklo_epi16(v[2], v[3]), t3 = _mm_unpackhi_epi16(v[2], v[3]);
+  const __m128i u[4] = {_mm_unpacklo_epi32(t0, t2), _mm_unpackhi_epi32(t0, t2),
+                        _mm_unpacklo_epi32(t1, t3), _mm_unpackhi_epi32(t1, t3)};
+  for (int k = 0; k < 4; ++k) {
+    if (type == DType::kF16) {
+      const __m256 f = _mm256_cvtph_ps(u[k]);
+      KStoreGroup<kBlocksPerGroup>(t, g0, 2 * k, count, _mm256_castps256_ps128(f));
+      KStoreGroup<kBlocksPerGroup>(t, g0, 2 * k + 1, count, _mm256_extractf128_ps(f, 1));
+    } else {  // bf16: the f32 with these high 16 bits
+      const __m128i zero = _mm_setzero_si128();
+      KStoreGroup<kBlocksPerGroup>(t, g0, 2 * k, count,
+                                   _mm_castsi128_ps(_mm_unpacklo_epi16(zero, u[k])));
+      KStoreGroup<kBlocksPerGroup>(t, g0, 2 * k + 1, count,
+                                   _mm_castsi128_ps(_mm_unpackhi_epi16(zero, u[k])));
+    }
+  }
+}
+
+// The table of the 4 rows' groups at base[r] (groups of w.group_size values), 4 * steps blocks.
+template <int kBlocksPerGroup>
+HWY_INLINE void KFactorTableOf(DType type, const std::byte* const* base, int64_t groups,
+                               int64_t steps, float* t) {
+  const int64_t per = type == DType::kF32 ? 4 : 8;
+  for (int64_t g0 = 0; g0 < groups; g0 += per) {
+    KTransposeGroups<kBlocksPerGroup>(type, base, g0, groups - g0, t);
+  }
+  // The blocks past the row's last (a partial last chunk, or the garbage of a last partial
+  // transpose) are zero, as the tiles' masked factor loads.
+  for (int64_t b = groups * kBlocksPerGroup; b < 4 * steps; ++b) {
+    _mm_store_ps(t + 4 * b, _mm_setzero_ps());
+  }
+}
+
+// ---- MLX decode of a quad of rows.
+
+struct KMlxDecodeQuad {
+  const KMlxQuad* quad;
+  const std::byte* data[4];  // row r's first chunk
+  int64_t steps;
+  const float* scales;  // the factor tables: 4 floats per block
+  const float* biases;
+};
+
+// The int32 (block, row) lanes of half hh of a step (lane 4s' + r: block 2hh + s' of row r) for
+// the chunks p[r] (a row's 16 * bits bytes of the step).
+template <int kBits>
+HWY_INLINE __m256i KMlxDecodeHalf(const KMlxQuad& quad, const std::byte* const* p, int hh,
+                                  const std::byte* xt, const std::byte* xn) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i v[4];
+  if constexpr (kBits == 4) {
+    // Lane L: block 2hh + L's 16 bytes; low nibbles are its even values, high nibbles its odd.
+    // A product is at most 15 * 128, a pair 3840, the even and odd pairs 7680, and the lane tree
+    // adds 4 of those: 30720 fits int16, so the sums widen once, after the tree.
+    const __m256i nibble = _mm256_set1_epi8(0x0F);
+    const __m256i x_even = _mm256_load_si256(reinterpret_cast<const __m256i*>(xn + 32 * hh));
+    const __m256i x_odd = _mm256_load_si256(reinterpret_cast<const __m256i*>(xn + 64 + 32 * hh));
+    for (int r = 0; r < 4; ++r) {
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p[r] + 32 * hh));
+      const __m256i even = _mm256_and_si256(q, nibble);
+      const __m256i odd = _mm256_and_si256(_mm256_srli_epi16(q, 4), nibble);
+      v[r] = _mm256_add_epi16(_mm256_maddubs_epi16(even, x_even),
+                              _mm256_maddubs_epi16(odd, x_odd));
+    }
+    return _mm256_madd_epi16(SumBlockLanes256<kI16>(v), ones);
+  } else {
+    const __m256i x_lo =
+        _mm256_load_si256(reinterpret_cast<const __m256i*>(xt + internal::kKTileLo + 32 * hh));
+    const __m256i x_hi =
+        _mm256_load_si256(reinterpret_cast<const __m256i*>(xt + internal::kKTileHi + 32 * hh));
+    const auto load2 = [](const std::byte* hi, const std::byte* lo) __attribute__((always_inline)) {
+      return _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(hi),
+                                 reinterpret_cast<const __m128i*>(lo));
+    };
+    for (int r = 0; r < 4; ++r) {
+      if constexpr (kBits == 8) {
+        const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));  // q -> q - 128
+        const std::byte* b = p[r] + 64 * hh;
+        const __m256i lo = _mm256_xor_si256(load2(b + 32, b), flip);
+        const __m256i hi = _mm256_xor_si256(load2(b + 48, b + 16), flip);
+        const __m256i p_lo = _mm256_maddubs_epi16(_mm256_abs_epi8(lo), _mm256_sign_epi8(x_lo, lo));
+        const __m256i p_hi = _mm256_maddubs_epi16(_mm256_abs_epi8(hi), _mm256_sign_epi8(x_hi, hi));
+        v[r] = _mm256_add_epi32(_mm256_madd_epi16(p_lo, ones), _mm256_madd_epi16(p_hi, ones));
+      } else {
+        const int64_t block = 4 * quad.bits;
+        const std::byte* b = p[r] + 2 * hh * block;
+        const KMlxRows<0> rows{quad};
+        const __m256i lo = rows.Unpack(load2(b + block, b));
+        const __m256i hi = rows.Unpack(load2(b + block + block / 2, b + block / 2));
+        v[r] = _mm256_madd_epi16(
+            _mm256_add_epi16(_mm256_maddubs_epi16(lo, x_lo), _mm256_maddubs_epi16(hi, x_hi)),
+            ones);
+      }
+    }
+    __m256i isum = SumBlockLanes256<kI32>(v);
+    if constexpr (kBits == 8) {
+      // + 128 * sum(x) of the block = -16 * (its correction lanes, -8 * sum of 16 values each).
+      const auto corr = [&](int64_t offset) __attribute__((always_inline)) {
+        return _mm256_load_si256(reinterpret_cast<const __m256i*>(xt + offset + 32 * hh));
+      };
+      isum = _mm256_sub_epi32(
+          isum, _mm256_slli_epi32(
+                    _mm256_add_epi32(corr(internal::kKTileCorrLo), corr(internal::kKTileCorrHi)),
+                    4));
+    }
+    return isum;
+  }
+}
+
+// y[r] = dot(row r, the activation row) for r < rows_valid: the steps of KHalfTile<1> with the
+// factors from the tables.
+template <int kBits>
+HWY_INLINE void KMlxDecodeSteps(const KMlxDecodeQuad& d, const KDecodeActs& x,
+                                RegionPrefetcher& prefetcher, int64_t copied,
+                                const std::byte* tail, int rows_valid, float* y) {
+  const KMlxQuad& quad = *d.quad;
+  const int64_t chunk_bytes = 16 * quad.bits;
+  __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  const auto step_of = [&](int64_t step, const std::byte* const* p) __attribute__((always_inline)) {
+    const std::byte* xt = x.tiles + step * internal::kKTileGroupBytes;
+    const std::byte* xn = x.nibbles + 128 * step;
+    for (int hh = 0; hh < 2; ++hh) {
+      const __m256 a = _mm256_load_ps(d.scales + 16 * step + 8 * hh);
+      const __m256 c = _mm256_load_ps(d.biases + 16 * step + 8 * hh);
+      const __m256i isum = KMlxDecodeHalf<kBits>(quad, p, hh, xt, xn);
+      const __m256 dx =
+          _mm256_load_ps(reinterpret_cast<const float*>(xt + internal::kKTileScale + 32 * hh));
+      const __m256 xs =
+          _mm256_load_ps(reinterpret_cast<const float*>(xt + internal::kKTileSum + 32 * hh));
+      acc[hh] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(a, dx), acc[hh]);
+      acc[hh] = _mm256_fmadd_ps(c, xs, acc[hh]);
+    }
+  };
+  const int64_t full = copied >= 0 ? copied : d.steps;
+  const std::byte* p[4] = {d.data[0], d.data[1], d.data[2], d.data[3]};
+  for (int64_t step = 0; step < full; ++step) {
+    prefetcher.Next();
+    step_of(step, p);
+    for (int r = 0; r < 4; ++r) p[r] += chunk_bytes;
+  }
+  if (copied >= 0) {
+    const std::byte* t[4] = {tail, tail + 128, tail + 256, tail + 384};
+    step_of(copied, t);
+  }
+  StoreQuadRows256(acc[0], acc[1], rows_valid, y);
+}
+
+// One quad of rows at n = 1 (quad: KMlxPrepare'd, its row_ids set); table: 32 floats per step.
+template <int kBits>
+HWY_INLINE void KMlxDecodeQuadRows(const KMlxQuad& quad, const KDecodeActs& x,
+                                   int64_t prefetch_rows, float* table, int rows_valid, float* y) {
+  const MatrixView& w = *quad.w;
+  const int64_t blocks = w.cols / 32;
+  const int64_t steps = (blocks + 3) / 4;
+  KMlxDecodeQuad d{&quad, {}, steps, table, table + 16 * steps};
+  const std::byte* scales[4];
+  const std::byte* biases[4];
+  for (int r = 0; r < 4; ++r) {
+    d.data[r] = w.data + quad.row_ids[r] * w.row_stride;
+    scales[r] = w.scales + quad.row_ids[r] * w.scale_row_stride;
+    biases[r] = w.biases + quad.row_ids[r] * w.scale_row_stride;
+  }
+  // The scales and biases of the quad ahead, whole (a few lines per row).
+  if (prefetch_rows > 0) {
+    const int64_t bytes = 4 * w.scale_row_stride;
+    PrefetchRegion(scales[0] + prefetch_rows * w.scale_row_stride, bytes);
+    PrefetchRegion(biases[0] + prefetch_rows * w.scale_row_stride, bytes);
+  }
+  const int64_t groups = w.cols >> quad.group_shift;
+  const auto tables = [&](auto per_group) __attribute__((always_inline)) {
+    constexpr int kPer = decltype(per_group)::value;
+    KFactorTableOf<kPer>(w.scale_type, scales, groups, steps, table);
+    KFactorTableOf<kPer>(w.scale_type, biases, groups, steps, table + 16 * steps);
+  };
+  switch (quad.group_shift) {
+    case 5:
+      tables(std::integral_constant<int, 1>{});
+      break;
+    case 6:
+      tables(std::integral_constant<int, 2>{});
+      break;
+    default:
+      tables(std::integral_constant<int, 4>{});
+      break;
+  }
+  const int64_t row_bytes = blocks * 4 * quad.bits;
+  RegionPrefetcher prefetcher(d.data[0], prefetch_rows * w.row_stride,
+                              d.data[3] - d.data[0] + row_bytes, steps);
+  // The last chunk is copied when it is partial, or when the 16-byte loads of other widths than 4
+  // and 8 bits would pass its end.
+  alignas(32) std::byte tail[4 * 128];
+  int64_t copied = -1;
+  if (kBits == 0 || blocks % 4 != 0) {
+    copied = steps - 1;
+    std::memset(tail, 0, sizeof(tail));
+    for (int r = 0; r < 4; ++r) {
+      std::memcpy(tail + 128 * r, d.data[r] + copied * 16 * quad.bits,
+                  static_cast<size_t>((blocks - 4 * copied) * 4 * quad.bits));
+    }
+  }
+  KMlxDecodeSteps<kBits>(d, x, prefetcher, copied, tail, rows_valid, y);
+}
+
+// The products of rows [row_begin, row_end) with one kact row xa, MLX weights of any width; false
+// (nothing done) for rows longer than kKDecodeMaxSteps steps.
+HWY_INLINE bool KMlxDecodeRows(const MatrixView& w, int64_t row_begin, int64_t row_end,
+                               const std::byte* xa, int64_t prefetch_rows, float* y) {
+  const int64_t steps = (w.cols + internal::kKTileGroupValues - 1) / internal::kKTileGroupValues;
+  if (steps > kKDecodeMaxSteps) return false;
+  KMlxQuad quad;
+  quad.w = &w;
+  KMlxPrepare(w, &quad);
+  KDecodeActs x;
+  x.tiles = xa + internal::KActTileOffset(w.cols);
+  alignas(64) std::byte nibbles[128 * kKDecodeMaxSteps];
+  if (quad.bits == 4) {
+    KNibbleOrderActs(x.tiles, steps, nibbles);
+    x.nibbles = nibbles;
+  }
+  alignas(64) float table[32 * kKDecodeMaxSteps];
+  for (int64_t r = row_begin; r < row_end; r += 4) {
+    const int rows_valid = static_cast<int>(std::min<int64_t>(4, row_end - r));
+    for (int k = 0; k < 4; ++k) quad.row_ids[k] = r + std::min(k, rows_valid - 1);
+    if (quad.bits == 4) {
+      KMlxDecodeQuadRows<4>(quad, x, prefetch_rows, table, rows_valid, y + r);
+    } else if (quad.bits == 8) {
+      KMlxDecodeQuadRows<8>(quad, x, prefetch_rows, table, rows_valid, y + r);
+    } else {
+      KMlxDecodeQuadRows<0>(quad, x, prefetch_rows, table, rows_valid, y + r);
+    }
+  }
+  return true;
+}
+
+#endif  // HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
+
+}  // namespace loom::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // include guard
