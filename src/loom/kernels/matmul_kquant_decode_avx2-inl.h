@@ -72,8 +72,8 @@ HWY_INLINE void KNibbleOrderActs(const std::byte* tiles, int64_t n_steps, std::b
   }
 }
 
-// ---- The factor table of a quad: t + 4b (b < 4 * steps) holds the f32 scale (or bias) of block
-// b's group in rows 0..3, zero past the row's last block.
+// ---- The factor table of a quad: t + 4g holds the f32 scale (or bias) of group g in rows 0..3,
+// zero for the groups past the row's last up to the end of its last step.
 
 // Prefetches the cache lines of [p, p + bytes) (integer arithmetic: they may lie past the matrix).
 HWY_INLINE void PrefetchRegion(const std::byte* p, int64_t bytes) {
@@ -82,41 +82,35 @@ HWY_INLINE void PrefetchRegion(const std::byte* p, int64_t bytes) {
   for (uintptr_t a = begin; a < end; a += 64) hwy::Prefetch(reinterpret_cast<const std::byte*>(a));
 }
 
-// Writes the 4-row vector v of group g0 + j (j < count) to the blocks of the group.
-template <int kBlocksPerGroup>
-HWY_INLINE void KStoreGroup(float* t, int64_t g0, int64_t j, int64_t count, __m128 v) {
-  if (j >= count) return;
-  const int64_t g = g0 + j;
-  for (int k = 0; k < kBlocksPerGroup; ++k) _mm_store_ps(t + 4 * (g * kBlocksPerGroup + k), v);
-}
-
-// Groups [g0, g0 + kGroups) of the 4 rows (kGroups * scale bytes at base[r] + g0 * scale bytes,
-// or the zero-padded copies `copy` when there are fewer, `count`) as 4-row vectors.
-template <int kBlocksPerGroup>
+// Groups [g0, g0 + 16 / scale bytes) of the 4 rows at base[r] (kFull), or the `count` < that
+// left at the ends of the rows (read from zero-padded copies: nothing past a row is read).
+template <bool kFull>
 HWY_INLINE void KTransposeGroups(DType type, const std::byte* const* base, int64_t g0,
                                  int64_t count, float* t) {
   const int64_t sb = type == DType::kF32 ? 4 : 2;
-  const int64_t per = 16 / sb;  // groups per 16-byte load
   __m128i v[4];
   for (int r = 0; r < 4; ++r) {
     const std::byte* p = base[r] + g0 * sb;
-    if (count >= per) {
+    if constexpr (kFull) {
       v[r] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    } else {  // the last groups of the rows: nothing past them is read
+    } else {
       alignas(16) std::byte copy[16] = {};
       std::memcpy(copy, p, static_cast<size_t>(count * sb));
       v[r] = _mm_load_si128(reinterpret_cast<const __m128i*>(copy));
     }
   }
+  const auto store = [&](int64_t j, __m128 g) __attribute__((always_inline)) {
+    if (kFull || j < count) _mm_store_ps(t + 4 * (g0 + j), g);
+  };
   if (type == DType::kF32) {
     const __m128 t01 = _mm_unpacklo_ps(_mm_castsi128_ps(v[0]), _mm_castsi128_ps(v[1]));
     const __m128 t23 = _mm_unpacklo_ps(_mm_castsi128_ps(v[2]), _mm_castsi128_ps(v[3]));
     const __m128 u01 = _mm_unpackhi_ps(_mm_castsi128_ps(v[0]), _mm_castsi128_ps(v[1]));
     const __m128 u23 = _mm_unpackhi_ps(_mm_castsi128_ps(v[2]), _mm_castsi128_ps(v[3]));
-    KStoreGroup<kBlocksPerGroup>(t, g0, 0, count, _mm_movelh_ps(t01, t23));
-    KStoreGroup<kBlocksPerGroup>(t, g0, 1, count, _mm_movehl_ps(t23, t01));
-    KStoreGroup<kBlocksPerGroup>(t, g0, 2, count, _mm_movelh_ps(u01, u23));
-    KStoreGroup<kBlocksPerGroup>(t, g0, 3, count, _mm_movehl_ps(u23, u01));
+    store(0, _mm_movelh_ps(t01, t23));
+    store(1, _mm_movehl_ps(t23, t01));
+    store(2, _mm_movelh_ps(u01, u23));
+    store(3, _mm_movehl_ps(u23, u01));
     return;
   }
   // 16-bit words: u[k] holds groups 2k, 2k + 1 of rows 0..3 in words 4j + r.
@@ -127,32 +121,47 @@ HWY_INLINE void KTransposeGroups(DType type, const std::byte* const* base, int64
   for (int k = 0; k < 4; ++k) {
     if (type == DType::kF16) {
       const __m256 f = _mm256_cvtph_ps(u[k]);
-      KStoreGroup<kBlocksPerGroup>(t, g0, 2 * k, count, _mm256_castps256_ps128(f));
-      KStoreGroup<kBlocksPerGroup>(t, g0, 2 * k + 1, count, _mm256_extractf128_ps(f, 1));
+      store(2 * k, _mm256_castps256_ps128(f));
+      store(2 * k + 1, _mm256_extractf128_ps(f, 1));
     } else {  // bf16: the f32 with these high 16 bits
       const __m128i zero = _mm_setzero_si128();
-      KStoreGroup<kBlocksPerGroup>(t, g0, 2 * k, count,
-                                   _mm_castsi128_ps(_mm_unpacklo_epi16(zero, u[k])));
-      KStoreGroup<kBlocksPerGroup>(t, g0, 2 * k + 1, count,
-                                   _mm_castsi128_ps(_mm_unpackhi_epi16(zero, u[k])));
+      store(2 * k, _mm_castsi128_ps(_mm_unpacklo_epi16(zero, u[k])));
+      store(2 * k + 1, _mm_castsi128_ps(_mm_unpackhi_epi16(zero, u[k])));
     }
   }
 }
 
-// The table of the 4 rows' groups at base[r] (groups of w.group_size values), 4 * steps blocks.
-template <int kBlocksPerGroup>
+// The table of the 4 rows' `groups` groups at base[r], zero up to group `padded`.
 HWY_INLINE void KFactorTableOf(DType type, const std::byte* const* base, int64_t groups,
-                               int64_t steps, float* t) {
-  const int64_t per = type == DType::kF32 ? 4 : 8;
-  for (int64_t g0 = 0; g0 < groups; g0 += per) {
-    KTransposeGroups<kBlocksPerGroup>(type, base, g0, groups - g0, t);
-  }
-  // The blocks past the row's last (a partial last chunk, or the garbage of a last partial
-  // transpose) are zero, as the tiles' masked factor loads.
-  for (int64_t b = groups * kBlocksPerGroup; b < 4 * steps; ++b) {
-    _mm_store_ps(t + 4 * b, _mm_setzero_ps());
-  }
+                               int64_t padded, float* t) {
+  const int64_t per = type == DType::kF32 ? 4 : 8;  // groups per 16-byte load
+  int64_t g0 = 0;
+  for (; g0 + per <= groups; g0 += per) KTransposeGroups<true>(type, base, g0, per, t);
+  if (g0 < groups) KTransposeGroups<false>(type, base, g0, groups - g0, t);
+  // The groups of a partial last chunk past the row's last are zero, as the tiles' masked loads.
+  for (int64_t g = groups; g < padded; ++g) _mm_store_ps(t + 4 * g, _mm_setzero_ps());
 }
+
+// RegionPrefetcher's run of lines (the quad ahead, in order, a part per step) without its end test
+// (prefetches past the run never fault), held by value so that it stays in registers: GCC kept
+// RegionPrefetcher's loop counter in memory, a tenth of the MLX decode loop's time.
+struct KRunPrefetch {
+  uintptr_t next = 0;
+  int64_t per_step = 0;  // lines per step; 0: none
+  HWY_INLINE KRunPrefetch(const std::byte* base, int64_t offset, int64_t bytes, int64_t steps) {
+    if (offset == 0 || steps <= 0) return;
+    const uintptr_t begin = reinterpret_cast<uintptr_t>(base) + static_cast<uintptr_t>(offset);
+    next = begin & ~uintptr_t{63};
+    const int64_t lines = static_cast<int64_t>((begin + static_cast<uintptr_t>(bytes) - next + 63) / 64);
+    per_step = (lines + steps - 1) / steps;
+  }
+  HWY_INLINE void Next() {
+    for (int64_t k = 0; k < per_step; ++k) {
+      hwy::Prefetch(reinterpret_cast<const std::byte*>(next + static_cast<uintptr_t>(64 * k)));
+    }
+    next += static_cast<uintptr_t>(64 * per_step);
+  }
+};
 
 // ---- MLX decode of a quad of rows.
 
@@ -160,7 +169,7 @@ struct KMlxDecodeQuad {
   const KMlxQuad* quad;
   const std::byte* data[4];  // row r's first chunk
   int64_t steps;
-  const float* scales;  // the factor tables: 4 floats per block
+  const float* scales;  // the factor tables: 4 floats (rows) per group
   const float* biases;
 };
 
@@ -232,9 +241,9 @@ HWY_INLINE __m256i KMlxDecodeHalf(const KMlxQuad& quad, const std::byte* const* 
 
 // y[r] = dot(row r, the activation row) for r < rows_valid: the steps of KHalfTile<1> with the
 // factors from the tables.
-template <int kBits>
+template <int kBits, int kBlocksPerGroup>
 HWY_INLINE void KMlxDecodeSteps(const KMlxDecodeQuad& d, const KDecodeActs& x,
-                                RegionPrefetcher& prefetcher, int64_t copied,
+                                KRunPrefetch prefetcher, int64_t copied,
                                 const std::byte* tail, int rows_valid, float* y) {
   const KMlxQuad& quad = *d.quad;
   const int64_t chunk_bytes = 16 * quad.bits;
@@ -243,8 +252,14 @@ HWY_INLINE void KMlxDecodeSteps(const KMlxDecodeQuad& d, const KDecodeActs& x,
     const std::byte* xt = x.tiles + step * internal::kKTileGroupBytes;
     const std::byte* xn = x.nibbles + 128 * step;
     for (int hh = 0; hh < 2; ++hh) {
-      const __m256 a = _mm256_load_ps(d.scales + 16 * step + 8 * hh);
-      const __m256 c = _mm256_load_ps(d.biases + 16 * step + 8 * hh);
+      // Lanes 4s' + r: the group of block 4 step + 2hh + s' of row r.
+      const auto factors = [&](const float* t) __attribute__((always_inline)) {
+        if constexpr (kBlocksPerGroup == 1) return _mm256_load_ps(t + 4 * (4 * step + 2 * hh));
+        const int64_t g = (4 * step + 2 * hh) / kBlocksPerGroup;
+        return _mm256_broadcast_ps(reinterpret_cast<const __m128*>(t + 4 * g));
+      };
+      const __m256 a = factors(d.scales);
+      const __m256 c = factors(d.biases);
       const __m256i isum = KMlxDecodeHalf<kBits>(quad, p, hh, xt, xn);
       const __m256 dx =
           _mm256_load_ps(reinterpret_cast<const float*>(xt + internal::kKTileScale + 32 * hh));
@@ -275,7 +290,7 @@ HWY_INLINE void KMlxDecodeQuadRows(const KMlxQuad& quad, const KDecodeActs& x,
   const MatrixView& w = *quad.w;
   const int64_t blocks = w.cols / 32;
   const int64_t steps = (blocks + 3) / 4;
-  KMlxDecodeQuad d{&quad, {}, steps, table, table + 16 * steps};
+  KMlxDecodeQuad d{&quad, {}, steps, table, table + 4 * 4 * steps};
   const std::byte* scales[4];
   const std::byte* biases[4];
   for (int r = 0; r < 4; ++r) {
@@ -290,24 +305,11 @@ HWY_INLINE void KMlxDecodeQuadRows(const KMlxQuad& quad, const KDecodeActs& x,
     PrefetchRegion(biases[0] + prefetch_rows * w.scale_row_stride, bytes);
   }
   const int64_t groups = w.cols >> quad.group_shift;
-  const auto tables = [&](auto per_group) __attribute__((always_inline)) {
-    constexpr int kPer = decltype(per_group)::value;
-    KFactorTableOf<kPer>(w.scale_type, scales, groups, steps, table);
-    KFactorTableOf<kPer>(w.scale_type, biases, groups, steps, table + 16 * steps);
-  };
-  switch (quad.group_shift) {
-    case 5:
-      tables(std::integral_constant<int, 1>{});
-      break;
-    case 6:
-      tables(std::integral_constant<int, 2>{});
-      break;
-    default:
-      tables(std::integral_constant<int, 4>{});
-      break;
-  }
+  const int64_t padded = (4 * 32 * steps) >> quad.group_shift;
+  KFactorTableOf(w.scale_type, scales, groups, padded, table);
+  KFactorTableOf(w.scale_type, biases, groups, padded, table + 4 * 4 * steps);
   const int64_t row_bytes = blocks * 4 * quad.bits;
-  RegionPrefetcher prefetcher(d.data[0], prefetch_rows * w.row_stride,
+  const KRunPrefetch prefetcher(d.data[0], prefetch_rows * w.row_stride,
                               d.data[3] - d.data[0] + row_bytes, steps);
   // The last chunk is copied when it is partial, or when the 16-byte loads of other widths than 4
   // and 8 bits would pass its end.
@@ -321,7 +323,14 @@ HWY_INLINE void KMlxDecodeQuadRows(const KMlxQuad& quad, const KDecodeActs& x,
                   static_cast<size_t>((blocks - 4 * copied) * 4 * quad.bits));
     }
   }
-  KMlxDecodeSteps<kBits>(d, x, prefetcher, copied, tail, rows_valid, y);
+  switch (quad.group_shift) {
+    case 5:
+      return KMlxDecodeSteps<kBits, 1>(d, x, prefetcher, copied, tail, rows_valid, y);
+    case 6:
+      return KMlxDecodeSteps<kBits, 2>(d, x, prefetcher, copied, tail, rows_valid, y);
+    default:
+      return KMlxDecodeSteps<kBits, 4>(d, x, prefetcher, copied, tail, rows_valid, y);
+  }
 }
 
 // The products of rows [row_begin, row_end) with one kact row xa, MLX weights of any width; false
