@@ -248,9 +248,12 @@ LOOM_KERNELS_QUAD_ATTR void KTileRows(const MatrixView& w, int64_t row_begin, in
   const int64_t prefetch_rows = (kPrefetchBytes + 4 * row_bytes - 1) / (4 * row_bytes) * 4;
 #if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
   // Decode: the cheaper n = 1 forms of the tiles (matmul_kquant_decode_avx2-inl.h).
-  if (kType == DType::kMlx4 && n == 1 &&
-      KMlxDecodeRows(w, row_begin, row_end, xa, prefetch_rows, y)) {
-    return;
+  if (n == 1) {
+    if constexpr (kType == DType::kMlx4) {
+      if (KMlxDecodeRows(w, row_begin, row_end, xa, prefetch_rows, y)) return;
+    } else {
+      if (KQDecodeRows<kType>(w, row_begin, row_end, xa, prefetch_rows, y)) return;
+    }
   }
 #endif
   const int64_t chunk =

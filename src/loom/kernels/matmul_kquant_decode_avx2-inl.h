@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "hwy/highway.h"
 #include "loom/kernels/block_formats.h"
@@ -360,6 +361,190 @@ HWY_INLINE bool KMlxDecodeRows(const MatrixView& w, int64_t row_begin, int64_t r
     } else {
       KMlxDecodeQuadRows<0>(quad, x, prefetch_rows, table, rows_valid, y + r);
     }
+  }
+  return true;
+}
+
+// ---- K-quant decode of a quad of rows: the factors of every step first, into a table (a[0],
+// a[1], c[0], c[1] of step k at 32 k), computed as the tiles compute them; then the steps, with
+// nothing but their weights and the accumulators in registers (the tiles computed a super-block's
+// factors at its first step and kept half of them on the stack).
+
+// Lane 4s + r of the result = the sum of the 4 32-bit lanes of block s of v[r] (SumBlockLanes256),
+// for int16 pairs that may be added once more in int16 (each int16 at most 16384 in magnitude):
+// the first level of the tree in int16, the second in int32.
+HWY_INLINE __m256i SumBlockLanes16Then32(const __m256i (&v)[4]) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i s01 = _mm256_madd_epi16(
+      _mm256_add_epi16(_mm256_unpacklo_epi32(v[0], v[1]), _mm256_unpackhi_epi32(v[0], v[1])),
+      ones);
+  const __m256i s23 = _mm256_madd_epi16(
+      _mm256_add_epi16(_mm256_unpacklo_epi32(v[2], v[3]), _mm256_unpackhi_epi32(v[2], v[3])),
+      ones);
+  return _mm256_add_epi32(_mm256_unpacklo_epi64(s01, s23), _mm256_unpackhi_epi64(s01, s23));
+}
+
+// The int32 lanes of half hh of step `step` (Q6_K: of its values 0..15 in lo, 16..31 in hi, each
+// with its correction), x: the kact row, xt: the step's tile group.
+template <DType kType>
+struct KQDecodeHalf;
+
+template <DType kType>
+  requires(kType == DType::kQ4_K || kType == DType::kQ5_K)
+struct KQDecodeHalf<kType> {
+  HWY_INLINE static void Run(const KQ45Rows<kType>& rows, int64_t super, int n, int hh,
+                             const std::byte* xt, const std::byte* /*xq*/, __m256i* lo_sum,
+                             __m256i* /*hi_sum*/) {
+    const __m256i x_lo =
+        _mm256_load_si256(reinterpret_cast<const __m256i*>(xt + internal::kKTileLo + 32 * hh));
+    const __m256i x_hi =
+        _mm256_load_si256(reinterpret_cast<const __m256i*>(xt + internal::kKTileHi + 32 * hh));
+    const KHalf w = rows.DecodeOf(super, n, hh);
+    __m256i v[4];
+    for (int r = 0; r < 4; ++r) {
+      v[r] = _mm256_add_epi16(_mm256_maddubs_epi16(w.lo[r], x_lo),
+                              _mm256_maddubs_epi16(w.hi[r], x_hi));
+    }
+    if constexpr (kType == DType::kQ4_K) {
+      // q <= 15: a product at most 15 * 128, the lo and hi pairs 7680, the tree adds 4 of those
+      // (30720): int16 all the way, widened once.
+      *lo_sum = _mm256_madd_epi16(SumBlockLanes256<kI16>(v), _mm256_set1_epi16(1));
+    } else {
+      // q <= 31: the lo and hi pairs at most 4 * 31 * 128 = 15872, one level of the tree 31744.
+      *lo_sum = SumBlockLanes16Then32(v);
+    }
+  }
+};
+
+template <>
+struct KQDecodeHalf<DType::kQ6_K> {
+  // Block s of step n (values 32s..32s+31 of the super-block's half n, in order, 0..63) of row r:
+  // ql's low nibbles hold values 0..63, its high nibbles 64..127, qh byte l the top 2 bits of values
+  // l, l + 32, l + 64, l + 96.  Loaded in value order, a block meets the kact row's values in
+  // place; its half-blocks (values 0..15 and 16..31, each with its own scale) are the 128-bit lanes,
+  // so the lane tree of blocks (2hh, 2hh + 1) runs once per block, and one cross-lane permute per
+  // half puts the trees' lanes into the tiles' lo/hi order.
+  HWY_INLINE static void Run(const KQ6Rows& rows, int64_t super, int n, int hh,
+                             const std::byte* xt, const std::byte* xq, __m256i* lo_sum,
+                             __m256i* hi_sum) {
+    const int64_t offset = super * KQ6Rows::kBytes;
+    const int64_t step = 2 * super + n;
+    const __m256i nibble = _mm256_set1_epi8(0x0F);
+    const __m256i top = _mm256_set1_epi8(0x30);
+    const std::byte* x = xq + 128 * step + 64 * hh;
+    const __m256i x_a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
+    const __m256i x_b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 32));
+    __m256i pa[4], pb[4];
+    for (int r = 0; r < 4; ++r) {
+      const std::byte* ql = rows.rows[r] + offset + 64 * n;
+      const __m256i qh = _mm256_loadu_si256(
+          reinterpret_cast<const __m256i*>(rows.rows[r] + offset + internal::kQ6KQh + 32 * n));
+      const __m256i q0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
+      const __m256i q1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
+      __m256i a, b;  // blocks 2hh, 2hh + 1
+      if (hh == 0) {
+        a = _mm256_or_si256(_mm256_and_si256(q0, nibble),
+                            _mm256_and_si256(_mm256_slli_epi16(qh, 4), top));
+        b = _mm256_or_si256(_mm256_and_si256(q1, nibble),
+                            _mm256_and_si256(_mm256_slli_epi16(qh, 2), top));
+      } else {
+        a = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q0, 4), nibble),
+                            _mm256_and_si256(qh, top));
+        b = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q1, 4), nibble),
+                            _mm256_and_si256(_mm256_srli_epi16(qh, 2), top));
+      }
+      // q <= 63: a pair at most 2 * 63 * 128 = 16128, one level of the tree 32256.
+      pa[r] = _mm256_maddubs_epi16(a, x_a);
+      pb[r] = _mm256_maddubs_epi16(b, x_b);
+    }
+    const __m256i ta = SumBlockLanes16Then32(pa);  // lanes: block 2hh's lo (r), its hi (4 + r)
+    const __m256i tb = SumBlockLanes16Then32(pb);
+    const auto corr = [&](int64_t at) __attribute__((always_inline)) {
+      return _mm256_slli_epi32(
+          _mm256_load_si256(reinterpret_cast<const __m256i*>(xt + at + 32 * hh)), 2);
+    };
+    *lo_sum = _mm256_add_epi32(_mm256_permute2x128_si256(ta, tb, 0x20),
+                               corr(internal::kKTileCorrLo));
+    *hi_sum = _mm256_add_epi32(_mm256_permute2x128_si256(ta, tb, 0x31),
+                               corr(internal::kKTileCorrHi));
+  }
+};
+
+// One quad of K-quant rows at n = 1 (the tiles' KQ45QuadTile / KQ6QuadTile with one activation
+// row): xa the kact row; table: 32 floats per step.
+template <DType kType>
+HWY_INLINE void KQDecodeQuad(const std::byte* const* rows, int rows_valid, int64_t prefetch_offset,
+                             int64_t supers, const std::byte* xa, const std::byte* tiles,
+                             float* table, float* y) {
+  using Rows = std::conditional_t<kType == DType::kQ6_K, KQ6Rows, KQ45Rows<kType>>;
+  const Rows q{rows, RegionPrefetcher(nullptr, 0, 0, 0)};
+  for (int64_t k = 0; k < supers; ++k) {
+    KFactors f[2];
+    q.Factors(2 * k, f);
+    for (int i = 0; i < 2; ++i) {
+      float* t = table + 32 * (2 * k + i);
+      _mm256_store_ps(t, f[i].a[0]);
+      _mm256_store_ps(t + 8, f[i].a[1]);
+      _mm256_store_ps(t + 16, f[i].c[0]);
+      _mm256_store_ps(t + 24, f[i].c[1]);
+    }
+  }
+  // The quad ahead, a run of lines per super-block: as many as its 4 rows' super-blocks take,
+  // and one more for a start within a line (unrolled, no end test: prefetches never fault).
+  constexpr int64_t kLines = (4 * Rows::kBytes + 63) / 64 + 1;
+  uintptr_t ahead = (reinterpret_cast<uintptr_t>(rows[0]) + static_cast<uintptr_t>(prefetch_offset)) &
+                    ~uintptr_t{63};
+  __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  const auto step_of = [&](int64_t super, auto n_constant) __attribute__((always_inline)) {
+    constexpr int n = decltype(n_constant)::value;
+    const int64_t step = 2 * super + n;
+    const std::byte* xt = tiles + step * internal::kKTileGroupBytes;
+    const float* t = table + 32 * step;
+    for (int hh = 0; hh < 2; ++hh) {
+      const __m256 a = _mm256_load_ps(t + 8 * hh);
+      const __m256 c = _mm256_load_ps(t + 16 + 8 * hh);
+      const __m256 dx =
+          _mm256_load_ps(reinterpret_cast<const float*>(xt + internal::kKTileScale + 32 * hh));
+      __m256i lo, hi;
+      KQDecodeHalf<kType>::Run(q, super, n, hh, xt, xa, &lo, &hi);
+      acc[hh] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lo), _mm256_mul_ps(a, dx), acc[hh]);
+      if constexpr (kType == DType::kQ6_K) {
+        acc[hh] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hi), _mm256_mul_ps(c, dx), acc[hh]);
+      } else {
+        const __m256 xs =
+            _mm256_load_ps(reinterpret_cast<const float*>(xt + internal::kKTileSum + 32 * hh));
+        acc[hh] = _mm256_fmadd_ps(c, xs, acc[hh]);
+      }
+    }
+  };
+  for (int64_t super = 0; super < supers; ++super) {
+    if (prefetch_offset != 0) {
+      for (int64_t k = 0; k < kLines; ++k) {
+        hwy::Prefetch(reinterpret_cast<const std::byte*>(ahead + static_cast<uintptr_t>(64 * k)));
+      }
+      ahead += 64 * kLines;
+    }
+    step_of(super, std::integral_constant<int, 0>{});
+    step_of(super, std::integral_constant<int, 1>{});
+  }
+  StoreQuadRows256(acc[0], acc[1], rows_valid, y);
+}
+
+// The products of rows [row_begin, row_end) with one kact row xa; false (nothing done) for rows
+// longer than kKDecodeMaxSteps steps.
+template <DType kType>
+HWY_INLINE bool KQDecodeRows(const MatrixView& w, int64_t row_begin, int64_t row_end,
+                             const std::byte* xa, int64_t prefetch_rows, float* y) {
+  const int64_t supers = w.cols / internal::kQK;
+  if (2 * supers > kKDecodeMaxSteps) return false;
+  const std::byte* tiles = xa + internal::KActTileOffset(w.cols);
+  alignas(64) float table[32 * kKDecodeMaxSteps];
+  for (int64_t r = row_begin; r < row_end; r += 4) {
+    const int rows_valid = static_cast<int>(std::min<int64_t>(4, row_end - r));
+    const std::byte* rows[4];
+    for (int k = 0; k < 4; ++k) rows[k] = w.data + (r + std::min(k, rows_valid - 1)) * w.row_stride;
+    KQDecodeQuad<kType>(rows, rows_valid, prefetch_rows * w.row_stride, supers, xa, tiles, table,
+                        y + r);
   }
   return true;
 }

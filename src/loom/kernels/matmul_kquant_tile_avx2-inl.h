@@ -225,8 +225,11 @@ struct KQ45Rows {
   // 4h + 2hh + 1 in their high nibbles; Q5_K's fifth bit of value l of sub-block j is bit j of
   // qh byte l.
   HWY_INLINE KHalf Decode(int64_t step, int hh) const {
+    return DecodeOf(step / 2, static_cast<int>(step % 2), hh);
+  }
+  // Half hh of half h of super-block `super` (constant h and hh fold the shifts and offsets).
+  HWY_INLINE KHalf DecodeOf(int64_t super, int h, int hh) const {
     constexpr int64_t kQs = kType == DType::kQ4_K ? internal::kQ4KQs : internal::kQ5KQs;
-    const int h = static_cast<int>(step % 2);
     const __m256i nibble = _mm256_set1_epi8(0x0F);
     const __m256i lanes = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);  // low, high nibbles
     const auto broadcast = [](const std::byte* p) __attribute__((always_inline)) {
@@ -234,19 +237,21 @@ struct KQ45Rows {
     };
     KHalf w;
     for (int r = 0; r < 4; ++r) {
-      const std::byte* blk = rows[r] + step / 2 * kBytes;
+      const std::byte* blk = rows[r] + super * kBytes;
       const std::byte* qs = blk + kQs + 64 * h + 32 * hh;
       w.lo[r] = _mm256_and_si256(_mm256_srlv_epi32(broadcast(qs), lanes), nibble);
       w.hi[r] = _mm256_and_si256(_mm256_srlv_epi32(broadcast(qs + 16), lanes), nibble);
       if constexpr (kType == DType::kQ5_K) {
-        // Bit 4h + 2hh + L of each byte to bit 4 (32-bit shifts by less than 8 keep bytes apart).
+        // Bit 4h + 2hh + L of each byte as 16 (0x10): a compare with the bit's mask instead of
+        // two shifts, which take the shuffle/shift pipes (two of Zen 3's four) as the nibble
+        // shifts do.
         const int bit = 4 * h + 2 * hh;
-        const __m256i shift =
-            _mm256_setr_epi32(bit, bit, bit, bit, bit + 1, bit + 1, bit + 1, bit + 1);
-        const __m256i one = _mm256_set1_epi8(1);
+        const __m256i mask = _mm256_set_m128i(_mm_set1_epi8(static_cast<char>(2 << bit)),
+                                              _mm_set1_epi8(static_cast<char>(1 << bit)));
+        const __m256i sixteen = _mm256_set1_epi8(0x10);
         const auto high = [&](const std::byte* qh) __attribute__((always_inline)) {
-          return _mm256_slli_epi16(_mm256_and_si256(_mm256_srlv_epi32(broadcast(qh), shift), one),
-                                   4);
+          return _mm256_and_si256(
+              _mm256_cmpeq_epi8(_mm256_and_si256(broadcast(qh), mask), mask), sixteen);
         };
         w.lo[r] = _mm256_or_si256(w.lo[r], high(blk + internal::kQ5KQh));
         w.hi[r] = _mm256_or_si256(w.hi[r], high(blk + internal::kQ5KQh + 16));
