@@ -206,17 +206,56 @@ struct KQ45Rows {
 
   HWY_INLINE void Prefetch(int64_t /*step*/) const { prefetcher.Next(); }
 
+  // KScaleMin of the 4 rows (KQ45HeaderOf's values) on 256-bit vectors with the 16 header bytes of
+  // each row in both 128-bit lanes, left in row order (byte 4r + j: sub-block j or 4 + j of row r):
+  // one vpshufb per factor vector then takes its lanes 4s' + r straight to 32-bit lanes, where
+  // the AVX3_DL-shaped header transposed its bytes and widened them with vpmovzxbd (two uops on
+  // Zen 3's shuffle pipes) after byte shifts.
   HWY_INLINE void Factors(int64_t step, KFactors (&f)[2]) const {
-    const KQ45Header h = KQ45HeaderOf(rows, step / 2 * kBytes);
-    const __m256 dd = _mm256_cvtph_ps(h.dd);  // lanes 2r, 2r + 1
-    const __m256 d = _mm256_permutevar8x32_ps(dd, _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6));
-    const __m256 neg_dmin =
-        _mm256_xor_ps(_mm256_permutevar8x32_ps(dd, _mm256_setr_epi32(1, 3, 5, 7, 1, 3, 5, 7)),
-                      _mm256_set1_ps(-0.0f));
-    for (int k = 0; k < 2; ++k) {
-      for (int hh = 0; hh < 2; ++hh) {
-        f[k].a[hh] = _mm256_mul_ps(KHalfBytesToF32(h.sc[k], hh, false), d);
-        f[k].c[hh] = _mm256_mul_ps(KHalfBytesToF32(h.m[k], hh, false), neg_dmin);
+    const int64_t offset = step / 2 * kBytes;
+    __m256i v[4];
+    for (int r = 0; r < 4; ++r) {
+      v[r] = _mm256_broadcastsi128_si256(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[r] + offset)));
+    }
+    const __m256i lo01 = _mm256_unpacklo_epi32(v[0], v[1]);
+    const __m256i lo23 = _mm256_unpacklo_epi32(v[2], v[3]);
+    const __m256i hi01 = _mm256_unpackhi_epi32(v[0], v[1]);
+    const __m256i hi23 = _mm256_unpackhi_epi32(v[2], v[3]);
+    const __m256i w0 = _mm256_unpackhi_epi64(lo01, lo23);  // scale bytes 0..3 of row r at 4r
+    const __m256i w1 = _mm256_unpacklo_epi64(hi01, hi23);  // 4..7
+    const __m256i w2 = _mm256_unpackhi_epi64(hi01, hi23);  // 8..11
+    const __m256i k6 = _mm256_set1_epi8(0x3F), k4 = _mm256_set1_epi8(0x0F);
+    const __m256i top = _mm256_set1_epi8(0x30);  // bits 6, 7 of a byte at 4, 5 (>> 2)
+    const __m256i sc[2] = {
+        _mm256_and_si256(w0, k6),
+        _mm256_or_si256(_mm256_and_si256(w2, k4),
+                        _mm256_and_si256(_mm256_srli_epi32(w0, 2), top))};
+    const __m256i m[2] = {
+        _mm256_and_si256(w1, k6),
+        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(w2, 4), k4),
+                        _mm256_and_si256(_mm256_srli_epi32(w1, 2), top))};
+    // f16 d and dmin of row r in 16-bit lanes 2r, 2r + 1 of dd; d of rows 0..3 twice, then dmin.
+    const __m128i dd = _mm256_castsi256_si128(_mm256_unpacklo_epi64(lo01, lo23));
+    const __m256 d = _mm256_cvtph_ps(
+        _mm_shuffle_epi8(dd, _mm_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 0, 1, 4, 5, 8, 9, 12, 13)));
+    const __m256 neg_dmin = _mm256_xor_ps(
+        _mm256_cvtph_ps(_mm_shuffle_epi8(
+            dd, _mm_setr_epi8(2, 3, 6, 7, 10, 11, 14, 15, 2, 3, 6, 7, 10, 11, 14, 15))),
+        _mm256_set1_ps(-0.0f));
+    for (int hh = 0; hh < 2; ++hh) {
+      // Lane 4s' + r <- byte 4r + 2hh + s' (a zero-extended byte: indices with bit 7 give 0).
+      const char j0 = static_cast<char>(2 * hh), j1 = static_cast<char>(2 * hh + 1);
+      const char z = static_cast<char>(0x80);
+      const __m256i lanes = _mm256_setr_epi8(
+          j0, z, z, z, j0 + 4, z, z, z, j0 + 8, z, z, z, j0 + 12, z, z, z,  //
+          j1, z, z, z, j1 + 4, z, z, z, j1 + 8, z, z, z, j1 + 12, z, z, z);
+      const auto to_f32 = [&](__m256i bytes) __attribute__((always_inline)) {
+        return _mm256_cvtepi32_ps(_mm256_shuffle_epi8(bytes, lanes));
+      };
+      for (int k = 0; k < 2; ++k) {
+        f[k].a[hh] = _mm256_mul_ps(to_f32(sc[k]), d);
+        f[k].c[hh] = _mm256_mul_ps(to_f32(m[k]), neg_dmin);
       }
     }
   }
