@@ -187,12 +187,6 @@ HWY_INLINE void KHalfTile(const Rows& rows, int64_t steps, const KFactorCache& c
   }
 }
 
-// 8 bytes (from byte 8hh of b) as f32 lanes.
-HWY_INLINE __m256 KHalfBytesToF32(__m128i b, int hh, bool is_signed) {
-  const __m128i bytes = hh == 0 ? b : _mm_srli_si128(b, 8);
-  return _mm256_cvtepi32_ps(is_signed ? _mm256_cvtepi8_epi32(bytes) : _mm256_cvtepu8_epi32(bytes));
-}
-
 // ---- Q4_K and Q5_K: steps 2k and 2k + 1 are the halves of super-block k (rows[r] + k * kBytes).
 
 template <DType kType>
@@ -313,32 +307,39 @@ struct KQ6Rows {
 
   HWY_INLINE void Prefetch(int64_t /*step*/) const { prefetcher.Next(); }
 
-  // a of step n's half-block p of block s, row r = d of row r * scale 8n + 2s + p of row r.
+  // a of step n's half-block p of block s, row r = d of row r * scale 8n + 2s + p of row r.  The
+  // int8 scales are taken in row order (byte 4r + j of w[i]: scale 4i + j of row r) by one vpshufb
+  // per factor vector into the top bytes of its 32-bit lanes, as sc * 2^24, and multiplied by
+  // d * 2^-24: the same real product, so the same rounded f32 as sc * d (both scalings are exact:
+  // |sc * 2^24| <= 2^31, an f16 d times 2^-24 stays a normal f32), without vpmovsxbd (two uops on
+  // Zen 3's shuffle pipes) and the byte transposes.
   HWY_INLINE void Factors(int64_t step, KFactors (&f)[2]) const {
     const int64_t offset = step / 2 * kBytes;
-    __m128i v[4];
+    __m256i v[4];
     for (int r = 0; r < 4; ++r) {
-      v[r] = _mm_loadu_si128(
-          reinterpret_cast<const __m128i*>(rows[r] + offset + internal::kQ6KScales));
+      v[r] = _mm256_broadcastsi128_si256(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[r] + offset + internal::kQ6KScales)));
     }
-    // Byte 4j + r of t[j / 4]: scale j of row r.
-    const __m128i lo01 = _mm_unpacklo_epi8(v[0], v[1]), hi01 = _mm_unpackhi_epi8(v[0], v[1]);
-    const __m128i lo23 = _mm_unpacklo_epi8(v[2], v[3]), hi23 = _mm_unpackhi_epi8(v[2], v[3]);
-    const __m128 t[4] = {_mm_castsi128_ps(_mm_unpacklo_epi16(lo01, lo23)),
-                         _mm_castsi128_ps(_mm_unpackhi_epi16(lo01, lo23)),
-                         _mm_castsi128_ps(_mm_unpacklo_epi16(hi01, hi23)),
-                         _mm_castsi128_ps(_mm_unpackhi_epi16(hi01, hi23))};
-    const __m128 d4 = KQ6RowScales(rows, offset);
+    const __m256i lo01 = _mm256_unpacklo_epi32(v[0], v[1]), hi01 = _mm256_unpackhi_epi32(v[0], v[1]);
+    const __m256i lo23 = _mm256_unpacklo_epi32(v[2], v[3]), hi23 = _mm256_unpackhi_epi32(v[2], v[3]);
+    const __m256i w[4] = {_mm256_unpacklo_epi64(lo01, lo23), _mm256_unpackhi_epi64(lo01, lo23),
+                          _mm256_unpacklo_epi64(hi01, hi23), _mm256_unpackhi_epi64(hi01, hi23)};
+    const __m128 d4 = _mm_mul_ps(KQ6RowScales(rows, offset), _mm_set1_ps(0x1p-24f));
     const __m256 d = _mm256_insertf128_ps(_mm256_castps128_ps256(d4), d4, 1);
+    // Lane 4s' + r <- byte 4r + 2s' + p, in the top byte of the lane (indices with bit 7 give 0).
+    const auto table = [](int p) {
+      const char z = static_cast<char>(0x80);
+      const auto b = [](int i) { return static_cast<char>(i); };
+      return _mm256_setr_epi8(z, z, z, b(p), z, z, z, b(4 + p), z, z, z, b(8 + p), z, z, z,
+                              b(12 + p), z, z, z, b(2 + p), z, z, z, b(6 + p), z, z, z,
+                              b(10 + p), z, z, z, b(14 + p));
+    };
+    const __m256i lanes_a = table(0), lanes_c = table(1);
     for (int n = 0; n < 2; ++n) {
-      // Byte 4s + r: scale 8n + 2s (p0) or 8n + 2s + 1 (p1) of row r.
-      const __m128i p0 =
-          _mm_castps_si128(_mm_shuffle_ps(t[2 * n], t[2 * n + 1], _MM_SHUFFLE(2, 0, 2, 0)));
-      const __m128i p1 =
-          _mm_castps_si128(_mm_shuffle_ps(t[2 * n], t[2 * n + 1], _MM_SHUFFLE(3, 1, 3, 1)));
       for (int hh = 0; hh < 2; ++hh) {
-        f[n].a[hh] = _mm256_mul_ps(KHalfBytesToF32(p0, hh, true), d);
-        f[n].c[hh] = _mm256_mul_ps(KHalfBytesToF32(p1, hh, true), d);
+        const __m256i bytes = w[2 * n + hh];
+        f[n].a[hh] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_shuffle_epi8(bytes, lanes_a)), d);
+        f[n].c[hh] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_shuffle_epi8(bytes, lanes_c)), d);
       }
     }
   }
