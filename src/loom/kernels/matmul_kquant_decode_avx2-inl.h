@@ -73,8 +73,17 @@ HWY_INLINE void KNibbleOrderActs(const std::byte* tiles, int64_t n_steps, std::b
   }
 }
 
-// ---- The factor table of a quad: t + 4g holds the f32 scale (or bias) of group g in rows 0..3,
-// zero for the groups past the row's last up to the end of its last step.
+// ---- The factor table of a quad: the f32 scale (or bias) of group g in rows 0..3 at
+// t + KGroupAt(g), zero for the groups past the row's last up to the end of its last step.
+// Groups of 32 values (a step's half takes two groups) sit in order, 4 floats each; larger groups
+// (a half broadcasts one) in the order of the 256-bit transposes of bf16 groups below: group g at
+// float 128 (g / 16) + 8 (g % 8) + 4 (g / 8 % 2).
+
+template <bool kInterleaved>
+HWY_INLINE int64_t KGroupAt(int64_t g) {
+  if constexpr (!kInterleaved) return 4 * g;
+  return 128 * (g >> 4) + 8 * (g & 7) + 4 * ((g >> 3) & 1);
+}
 
 // Prefetches the cache lines of [p, p + bytes) (integer arithmetic: they may lie past the matrix).
 HWY_INLINE void PrefetchRegion(const std::byte* p, int64_t bytes) {
@@ -85,7 +94,7 @@ HWY_INLINE void PrefetchRegion(const std::byte* p, int64_t bytes) {
 
 // Groups [g0, g0 + 16 / scale bytes) of the 4 rows at base[r] (kFull), or the `count` < that
 // left at the ends of the rows (read from zero-padded copies: nothing past a row is read).
-template <bool kFull>
+template <bool kFull, bool kInterleaved>
 HWY_INLINE void KTransposeGroups(DType type, const std::byte* const* base, int64_t g0,
                                  int64_t count, float* t) {
   const int64_t sb = type == DType::kF32 ? 4 : 2;
@@ -101,7 +110,7 @@ HWY_INLINE void KTransposeGroups(DType type, const std::byte* const* base, int64
     }
   }
   const auto store = [&](int64_t j, __m128 g) __attribute__((always_inline)) {
-    if (kFull || j < count) _mm_store_ps(t + 4 * (g0 + j), g);
+    if (kFull || j < count) _mm_store_ps(t + KGroupAt<kInterleaved>(g0 + j), g);
   };
   if (type == DType::kF32) {
     const __m128 t01 = _mm_unpacklo_ps(_mm_castsi128_ps(v[0]), _mm_castsi128_ps(v[1]));
@@ -132,15 +141,43 @@ HWY_INLINE void KTransposeGroups(DType type, const std::byte* const* base, int64
   }
 }
 
+// bf16 groups [g0, g0 + 16) (g0 a multiple of 16) into the interleaved layout: the 128-bit
+// transposes above on both lanes at once (groups g0..g0 + 7 in the low lanes, g0 + 8.. in the
+// high), half the instructions per group, stored whole.
+HWY_INLINE void KTransposeBf16Groups16(const std::byte* const* base, int64_t g0, float* t) {
+  __m256i v[4];
+  for (int r = 0; r < 4; ++r) {
+    v[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(base[r] + 2 * g0));
+  }
+  const __m256i t0 = _mm256_unpacklo_epi16(v[0], v[1]), t1 = _mm256_unpackhi_epi16(v[0], v[1]);
+  const __m256i t2 = _mm256_unpacklo_epi16(v[2], v[3]), t3 = _mm256_unpackhi_epi16(v[2], v[3]);
+  const __m256i u[4] = {_mm256_unpacklo_epi32(t0, t2), _mm256_unpackhi_epi32(t0, t2),
+                        _mm256_unpacklo_epi32(t1, t3), _mm256_unpackhi_epi32(t1, t3)};
+  const __m256i zero = _mm256_setzero_si256();
+  float* out = t + KGroupAt<true>(g0);
+  for (int k = 0; k < 4; ++k) {  // groups 2k, 2k + 1 (and 8 more)
+    _mm256_store_si256(reinterpret_cast<__m256i*>(out + 8 * (2 * k)),
+                       _mm256_unpacklo_epi16(zero, u[k]));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(out + 8 * (2 * k + 1)),
+                       _mm256_unpackhi_epi16(zero, u[k]));
+  }
+}
+
 // The table of the 4 rows' `groups` groups at base[r], zero up to group `padded`.
+template <bool kInterleaved>
 HWY_INLINE void KFactorTableOf(DType type, const std::byte* const* base, int64_t groups,
                                int64_t padded, float* t) {
   const int64_t per = type == DType::kF32 ? 4 : 8;  // groups per 16-byte load
   int64_t g0 = 0;
-  for (; g0 + per <= groups; g0 += per) KTransposeGroups<true>(type, base, g0, per, t);
-  if (g0 < groups) KTransposeGroups<false>(type, base, g0, groups - g0, t);
+  if (kInterleaved && type == DType::kBF16) {
+    for (; g0 + 16 <= groups; g0 += 16) KTransposeBf16Groups16(base, g0, t);
+  }
+  for (; g0 + per <= groups; g0 += per) KTransposeGroups<true, kInterleaved>(type, base, g0, per, t);
+  if (g0 < groups) KTransposeGroups<false, kInterleaved>(type, base, g0, groups - g0, t);
   // The groups of a partial last chunk past the row's last are zero, as the tiles' masked loads.
-  for (int64_t g = groups; g < padded; ++g) _mm_store_ps(t + 4 * g, _mm_setzero_ps());
+  for (int64_t g = groups; g < padded; ++g) {
+    _mm_store_ps(t + KGroupAt<kInterleaved>(g), _mm_setzero_ps());
+  }
 }
 
 // RegionPrefetcher's run of lines (the quad ahead, in order, a part per step) without its end test
@@ -257,7 +294,7 @@ HWY_INLINE void KMlxDecodeSteps(const KMlxDecodeQuad& d, const KDecodeActs& x,
       const auto factors = [&](const float* t) __attribute__((always_inline)) {
         if constexpr (kBlocksPerGroup == 1) return _mm256_load_ps(t + 4 * (4 * step + 2 * hh));
         const int64_t g = (4 * step + 2 * hh) / kBlocksPerGroup;
-        return _mm256_broadcast_ps(reinterpret_cast<const __m128*>(t + 4 * g));
+        return _mm256_broadcast_ps(reinterpret_cast<const __m128*>(t + KGroupAt<true>(g)));
       };
       const __m256 a = factors(d.scales);
       const __m256 c = factors(d.biases);
@@ -307,8 +344,13 @@ HWY_INLINE void KMlxDecodeQuadRows(const KMlxQuad& quad, const KDecodeActs& x,
   }
   const int64_t groups = w.cols >> quad.group_shift;
   const int64_t padded = (4 * 32 * steps) >> quad.group_shift;
-  KFactorTableOf(w.scale_type, scales, groups, padded, table);
-  KFactorTableOf(w.scale_type, biases, groups, padded, table + 4 * 4 * steps);
+  if (quad.group_shift == 5) {
+    KFactorTableOf<false>(w.scale_type, scales, groups, padded, table);
+    KFactorTableOf<false>(w.scale_type, biases, groups, padded, table + 4 * 4 * steps);
+  } else {
+    KFactorTableOf<true>(w.scale_type, scales, groups, padded, table);
+    KFactorTableOf<true>(w.scale_type, biases, groups, padded, table + 4 * 4 * steps);
+  }
   const int64_t row_bytes = blocks * 4 * quad.bits;
   const KRunPrefetch prefetcher(d.data[0], prefetch_rows * w.row_stride,
                               d.data[3] - d.data[0] + row_bytes, steps);

@@ -267,7 +267,7 @@ class MlxTileLanesTest : public ::testing::TestWithParam<MlxCase> {};
 TEST_P(MlxTileLanesTest, TilesComputeTheModelsBits) {
   if (TileTargets().empty()) GTEST_SKIP() << "no x86 tile target on this CPU";
   const MlxCase c = GetParam();
-  for (int64_t cols : {32, 96, 128, 224, 384, 1152}) {
+  for (int64_t cols : {32, 96, 128, 224, 384, 1152, 4224}) {  // 4224: 33 groups of 128
     if (cols % c.group != 0) continue;
     const TestMatrix m(c.type, 5, cols, static_cast<uint32_t>(cols), c.group, c.scale_type);
     for (int64_t n : {1, 6}) {
