@@ -527,7 +527,7 @@ HWY_INLINE void KQDecodeQuad(const std::byte* const* rows, int rows_valid, int64
   // super-block's own start, the in-cache products were 10% slower).
   const auto factors = [&](int64_t k) __attribute__((always_inline)) {
     KFactors f[2];
-    q.Factors(2 * k, f);
+    q.DecodeFactors(2 * k, f);
     for (int i = 0; i < 2; ++i) {
       float* t = table + 32 * (2 * k + i);
       _mm256_store_ps(t, f[i].a[0]);

@@ -200,12 +200,35 @@ struct KQ45Rows {
 
   HWY_INLINE void Prefetch(int64_t /*step*/) const { prefetcher.Next(); }
 
-  // KScaleMin of the 4 rows (KQ45HeaderOf's values) on 256-bit vectors with the 16 header bytes of
+  // The tiles' factors: KQ45HeaderOf's transposed bytes, widened.  (DecodeFactors gives the same
+  // lanes in fewer instructions, but in the tiles, where factors are computed once per quad and
+  // kept for the next tiles, it made batches 3-5% slower: the register allocation of their hot
+  // loop, in which this code sits on a cold path, changed.)
+  HWY_INLINE void Factors(int64_t step, KFactors (&f)[2]) const {
+    const KQ45Header h = KQ45HeaderOf(rows, step / 2 * kBytes);
+    const __m256 dd = _mm256_cvtph_ps(h.dd);  // lanes 2r, 2r + 1
+    const __m256 d = _mm256_permutevar8x32_ps(dd, _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6));
+    const __m256 neg_dmin =
+        _mm256_xor_ps(_mm256_permutevar8x32_ps(dd, _mm256_setr_epi32(1, 3, 5, 7, 1, 3, 5, 7)),
+                      _mm256_set1_ps(-0.0f));
+    const auto to_f32 = [](__m128i b, int hh) __attribute__((always_inline)) {
+      return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hh == 0 ? b : _mm_srli_si128(b, 8)));
+    };
+    for (int k = 0; k < 2; ++k) {
+      for (int hh = 0; hh < 2; ++hh) {
+        f[k].a[hh] = _mm256_mul_ps(to_f32(h.sc[k], hh), d);
+        f[k].c[hh] = _mm256_mul_ps(to_f32(h.m[k], hh), neg_dmin);
+      }
+    }
+  }
+
+  // Decode (matmul_kquant_decode_avx2-inl.h): KScaleMin of the 4 rows (KQ45HeaderOf's values) on
+  // 256-bit vectors with the 16 header bytes of
   // each row in both 128-bit lanes, left in row order (byte 4r + j: sub-block j or 4 + j of row r):
   // one vpshufb per factor vector then takes its lanes 4s' + r straight to 32-bit lanes, where
   // the AVX3_DL-shaped header transposed its bytes and widened them with vpmovzxbd (two uops on
   // Zen 3's shuffle pipes) after byte shifts.
-  HWY_INLINE void Factors(int64_t step, KFactors (&f)[2]) const {
+  HWY_INLINE void DecodeFactors(int64_t step, KFactors (&f)[2]) const {
     const int64_t offset = step / 2 * kBytes;
     __m256i v[4];
     for (int r = 0; r < 4; ++r) {
@@ -343,6 +366,8 @@ struct KQ6Rows {
       }
     }
   }
+
+  HWY_INLINE void DecodeFactors(int64_t step, KFactors (&f)[2]) const { Factors(step, f); }
 
   // Half hh of step n: values 64hh + 32L + j of lane L; j < 16 (lo) from ql bytes [0, 16) and
   // [32, 48) and qh bytes [0, 16), j >= 16 (hi) from the next 16 of each.  hh = 0: low nibbles,
