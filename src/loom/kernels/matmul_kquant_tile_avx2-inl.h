@@ -222,12 +222,11 @@ struct KQ45Rows {
     }
   }
 
-  // Decode (matmul_kquant_decode_avx2-inl.h): KScaleMin of the 4 rows (KQ45HeaderOf's values) on
-  // 256-bit vectors with the 16 header bytes of
-  // each row in both 128-bit lanes, left in row order (byte 4r + j: sub-block j or 4 + j of row r):
-  // one vpshufb per factor vector then takes its lanes 4s' + r straight to 32-bit lanes, where
-  // the AVX3_DL-shaped header transposed its bytes and widened them with vpmovzxbd (two uops on
-  // Zen 3's shuffle pipes) after byte shifts.
+  // Decode's factors (matmul_kquant_decode_avx2-inl.h): KScaleMin of the 4 rows (KQ45HeaderOf's
+  // values) on 256-bit vectors with the 16 header bytes of each row in both 128-bit lanes, left in
+  // row order (byte 4r + j: sub-block j or 4 + j of row r): one vpshufb per factor vector then
+  // takes its lanes 4s' + r straight to 32-bit lanes, where the tiles' header transposes its bytes
+  // and widens them with vpmovzxbd (two uops on Zen 3's shuffle pipes) after byte shifts.
   HWY_INLINE void DecodeFactors(int64_t step, KFactors (&f)[2]) const {
     const int64_t offset = step / 2 * kBytes;
     __m256i v[4];
