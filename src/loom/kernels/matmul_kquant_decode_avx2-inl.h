@@ -377,8 +377,9 @@ HWY_INLINE void KMlxDecodeQuadRows(const KMlxQuad& quad, const KDecodeActs& x,
 }
 
 // The products of rows [row_begin, row_end) with one kact row xa, MLX weights of any width; false
-// (nothing done) for rows longer than kKDecodeMaxSteps steps.
-HWY_INLINE bool KMlxDecodeRows(const MatrixView& w, int64_t row_begin, int64_t row_end,
+// (nothing done) for rows longer than kKDecodeMaxSteps steps.  Not inlined: KTileRows's batched
+// loops keep their own register allocation and stack frame.
+inline HWY_NOINLINE bool KMlxDecodeRows(const MatrixView& w, int64_t row_begin, int64_t row_end,
                                const std::byte* xa, int64_t prefetch_rows, float* y) {
   const int64_t steps = (w.cols + internal::kKTileGroupValues - 1) / internal::kKTileGroupValues;
   if (steps > kKDecodeMaxSteps) return false;
@@ -580,9 +581,9 @@ HWY_INLINE void KQDecodeQuad(const std::byte* const* rows, int rows_valid, int64
 }
 
 // The products of rows [row_begin, row_end) with one kact row xa; false (nothing done) for rows
-// longer than kKDecodeMaxSteps steps.
+// longer than kKDecodeMaxSteps steps.  Not inlined (as KMlxDecodeRows).
 template <DType kType>
-HWY_INLINE bool KQDecodeRows(const MatrixView& w, int64_t row_begin, int64_t row_end,
+HWY_NOINLINE bool KQDecodeRows(const MatrixView& w, int64_t row_begin, int64_t row_end,
                              const std::byte* xa, int64_t prefetch_rows, float* y) {
   const int64_t supers = w.cols / internal::kQK;
   if (2 * supers > kKDecodeMaxSteps) return false;
