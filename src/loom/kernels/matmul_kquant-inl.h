@@ -29,8 +29,8 @@
 #include "hwy/highway.h"
 #include "loom/kernels/block_formats.h"
 #include "loom/kernels/kernels_internal.h"
-#include "loom/kernels/matmul_kquant_tile-inl.h"
 #include "loom/kernels/matmul_kquant_decode_avx2-inl.h"
+#include "loom/kernels/matmul_kquant_tile-inl.h"
 #include "loom/kernels/matmul_kquant_tile_avx2-inl.h"
 #include "loom/kernels/stream_avx3-inl.h"
 

@@ -54,8 +54,8 @@ struct KDecodeActs {
 // The nibble-order copy of n_steps tile groups at tiles (out: 128 bytes per step, 32-byte aligned).
 HWY_INLINE void KNibbleOrderActs(const std::byte* tiles, int64_t n_steps, std::byte* out) {
   // Per 128-bit lane: even bytes to the low 8, odd bytes to the high 8.
-  const __m256i split = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0,
-                                         2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  const __m256i split = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2,
+                                         4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
   for (int64_t s = 0; s < n_steps; ++s) {
     const std::byte* g = tiles + s * internal::kKTileGroupBytes;
     std::byte* o = out + 128 * s;
@@ -172,7 +172,9 @@ HWY_INLINE void KFactorTableOf(DType type, const std::byte* const* base, int64_t
   if (kInterleaved && type == DType::kBF16) {
     for (; g0 + 16 <= groups; g0 += 16) KTransposeBf16Groups16(base, g0, t);
   }
-  for (; g0 + per <= groups; g0 += per) KTransposeGroups<true, kInterleaved>(type, base, g0, per, t);
+  for (; g0 + per <= groups; g0 += per) {
+    KTransposeGroups<true, kInterleaved>(type, base, g0, per, t);
+  }
   if (g0 < groups) KTransposeGroups<false, kInterleaved>(type, base, g0, groups - g0, t);
   // The groups of a partial last chunk past the row's last are zero, as the tiles' masked loads.
   for (int64_t g = groups; g < padded; ++g) {
@@ -190,7 +192,8 @@ struct KRunPrefetch {
     if (offset == 0 || steps <= 0) return;
     const uintptr_t begin = reinterpret_cast<uintptr_t>(base) + static_cast<uintptr_t>(offset);
     next = begin & ~uintptr_t{63};
-    const int64_t lines = static_cast<int64_t>((begin + static_cast<uintptr_t>(bytes) - next + 63) / 64);
+    const int64_t lines =
+        static_cast<int64_t>((begin + static_cast<uintptr_t>(bytes) - next + 63) / 64);
     per_step = (lines + steps - 1) / steps;
   }
   HWY_INLINE void Next() {
@@ -229,8 +232,7 @@ HWY_INLINE __m256i KMlxDecodeHalf(const KMlxQuad& quad, const std::byte* const* 
       const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p[r] + 32 * hh));
       const __m256i even = _mm256_and_si256(q, nibble);
       const __m256i odd = _mm256_and_si256(_mm256_srli_epi16(q, 4), nibble);
-      v[r] = _mm256_add_epi16(_mm256_maddubs_epi16(even, x_even),
-                              _mm256_maddubs_epi16(odd, x_odd));
+      v[r] = _mm256_add_epi16(_mm256_maddubs_epi16(even, x_even), _mm256_maddubs_epi16(odd, x_odd));
     }
     return _mm256_madd_epi16(SumBlockLanes256<kI16>(v), ones);
   } else {
@@ -258,8 +260,7 @@ HWY_INLINE __m256i KMlxDecodeHalf(const KMlxQuad& quad, const std::byte* const* 
         const __m256i lo = rows.Unpack(load2(b + block, b));
         const __m256i hi = rows.Unpack(load2(b + block + block / 2, b + block / 2));
         v[r] = _mm256_madd_epi16(
-            _mm256_add_epi16(_mm256_maddubs_epi16(lo, x_lo), _mm256_maddubs_epi16(hi, x_hi)),
-            ones);
+            _mm256_add_epi16(_mm256_maddubs_epi16(lo, x_lo), _mm256_maddubs_epi16(hi, x_hi)), ones);
       }
     }
     __m256i isum = SumBlockLanes256<kI32>(v);
@@ -269,9 +270,9 @@ HWY_INLINE __m256i KMlxDecodeHalf(const KMlxQuad& quad, const std::byte* const* 
         return _mm256_load_si256(reinterpret_cast<const __m256i*>(xt + offset + 32 * hh));
       };
       isum = _mm256_sub_epi32(
-          isum, _mm256_slli_epi32(
-                    _mm256_add_epi32(corr(internal::kKTileCorrLo), corr(internal::kKTileCorrHi)),
-                    4));
+          isum,
+          _mm256_slli_epi32(
+              _mm256_add_epi32(corr(internal::kKTileCorrLo), corr(internal::kKTileCorrHi)), 4));
     }
     return isum;
   }
@@ -281,8 +282,8 @@ HWY_INLINE __m256i KMlxDecodeHalf(const KMlxQuad& quad, const std::byte* const* 
 // factors from the tables.
 template <int kBits, int kBlocksPerGroup>
 HWY_INLINE void KMlxDecodeSteps(const KMlxDecodeQuad& d, const KDecodeActs& x,
-                                KRunPrefetch prefetcher, int64_t copied,
-                                const std::byte* tail, int rows_valid, float* y) {
+                                KRunPrefetch prefetcher, int64_t copied, const std::byte* tail,
+                                int rows_valid, float* y) {
   const KMlxQuad& quad = *d.quad;
   const int64_t chunk_bytes = 16 * quad.bits;
   __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
@@ -353,7 +354,7 @@ HWY_INLINE void KMlxDecodeQuadRows(const KMlxQuad& quad, const KDecodeActs& x,
   }
   const int64_t row_bytes = blocks * 4 * quad.bits;
   const KRunPrefetch prefetcher(d.data[0], prefetch_rows * w.row_stride,
-                              d.data[3] - d.data[0] + row_bytes, steps);
+                                d.data[3] - d.data[0] + row_bytes, steps);
   // The last chunk is copied when it is partial, or when the 16-byte loads of other widths than 4
   // and 8 bits would pass its end.
   alignas(32) std::byte tail[4 * 128];
@@ -380,7 +381,7 @@ HWY_INLINE void KMlxDecodeQuadRows(const KMlxQuad& quad, const KDecodeActs& x,
 // (nothing done) for rows longer than kKDecodeMaxSteps steps.  Not inlined: KTileRows's batched
 // loops keep their own register allocation and stack frame.
 inline HWY_NOINLINE bool KMlxDecodeRows(const MatrixView& w, int64_t row_begin, int64_t row_end,
-                               const std::byte* xa, int64_t prefetch_rows, float* y) {
+                                        const std::byte* xa, int64_t prefetch_rows, float* y) {
   const int64_t steps = (w.cols + internal::kKTileGroupValues - 1) / internal::kKTileGroupValues;
   if (steps > kKDecodeMaxSteps) return false;
   KMlxQuad quad;
@@ -419,11 +420,9 @@ inline HWY_NOINLINE bool KMlxDecodeRows(const MatrixView& w, int64_t row_begin, 
 HWY_INLINE __m256i SumBlockLanes16Then32(const __m256i (&v)[4]) {
   const __m256i ones = _mm256_set1_epi16(1);
   const __m256i s01 = _mm256_madd_epi16(
-      _mm256_add_epi16(_mm256_unpacklo_epi32(v[0], v[1]), _mm256_unpackhi_epi32(v[0], v[1])),
-      ones);
+      _mm256_add_epi16(_mm256_unpacklo_epi32(v[0], v[1]), _mm256_unpackhi_epi32(v[0], v[1])), ones);
   const __m256i s23 = _mm256_madd_epi16(
-      _mm256_add_epi16(_mm256_unpacklo_epi32(v[2], v[3]), _mm256_unpackhi_epi32(v[2], v[3])),
-      ones);
+      _mm256_add_epi16(_mm256_unpacklo_epi32(v[2], v[3]), _mm256_unpackhi_epi32(v[2], v[3])), ones);
   return _mm256_add_epi32(_mm256_unpacklo_epi64(s01, s23), _mm256_unpackhi_epi64(s01, s23));
 }
 
@@ -433,8 +432,7 @@ template <DType kType>
 struct KQDecodeHalf;
 
 template <DType kType>
-  requires(kType == DType::kQ4_K || kType == DType::kQ5_K)
-struct KQDecodeHalf<kType> {
+requires(kType == DType::kQ4_K || kType == DType::kQ5_K) struct KQDecodeHalf<kType> {
   HWY_INLINE static void Run(const KQ45Rows<kType>& rows, int64_t super, int n, int hh,
                              const std::byte* xt, const std::byte* /*xq*/, __m256i* lo_sum,
                              __m256i* /*hi_sum*/) {
@@ -462,14 +460,13 @@ struct KQDecodeHalf<kType> {
 template <>
 struct KQDecodeHalf<DType::kQ6_K> {
   // Block s of step n (values 32s..32s+31 of the super-block's half n, in order, 0..63) of row r:
-  // ql's low nibbles hold values 0..63, its high nibbles 64..127, qh byte l the top 2 bits of values
-  // l, l + 32, l + 64, l + 96.  Loaded in value order, a block meets the kact row's values in
-  // place; its half-blocks (values 0..15 and 16..31, each with its own scale) are the 128-bit lanes,
-  // so the lane tree of blocks (2hh, 2hh + 1) runs once per block, and one cross-lane permute per
-  // half puts the trees' lanes into the tiles' lo/hi order.
-  HWY_INLINE static void Run(const KQ6Rows& rows, int64_t super, int n, int hh,
-                             const std::byte* xt, const std::byte* xq, __m256i* lo_sum,
-                             __m256i* hi_sum) {
+  // ql's low nibbles hold values 0..63, its high nibbles 64..127, qh byte l the top 2 bits of
+  // values l, l + 32, l + 64, l + 96.  Loaded in value order, a block meets the kact row's values
+  // in place; its half-blocks (values 0..15 and 16..31, each with its own scale) are the 128-bit
+  // lanes, so the lane tree of blocks (2hh, 2hh + 1) runs once per block, and one cross-lane
+  // permute per half puts the trees' lanes into the tiles' lo/hi order.
+  HWY_INLINE static void Run(const KQ6Rows& rows, int64_t super, int n, int hh, const std::byte* xt,
+                             const std::byte* xq, __m256i* lo_sum, __m256i* hi_sum) {
     const int64_t offset = super * KQ6Rows::kBytes;
     const int64_t step = 2 * super + n;
     const __m256i nibble = _mm256_set1_epi8(0x0F);
@@ -506,10 +503,10 @@ struct KQDecodeHalf<DType::kQ6_K> {
       return _mm256_slli_epi32(
           _mm256_load_si256(reinterpret_cast<const __m256i*>(xt + at + 32 * hh)), 2);
     };
-    *lo_sum = _mm256_add_epi32(_mm256_permute2x128_si256(ta, tb, 0x20),
-                               corr(internal::kKTileCorrLo));
-    *hi_sum = _mm256_add_epi32(_mm256_permute2x128_si256(ta, tb, 0x31),
-                               corr(internal::kKTileCorrHi));
+    *lo_sum =
+        _mm256_add_epi32(_mm256_permute2x128_si256(ta, tb, 0x20), corr(internal::kKTileCorrLo));
+    *hi_sum =
+        _mm256_add_epi32(_mm256_permute2x128_si256(ta, tb, 0x31), corr(internal::kKTileCorrHi));
   }
 };
 
@@ -540,8 +537,9 @@ HWY_INLINE void KQDecodeQuad(const std::byte* const* rows, int rows_valid, int64
   // The quad ahead, a run of lines per super-block: as many as its 4 rows' super-blocks take,
   // and one more for a start within a line (unrolled, no end test: prefetches never fault).
   constexpr int64_t kLines = (4 * Rows::kBytes + 63) / 64 + 1;
-  uintptr_t ahead = (reinterpret_cast<uintptr_t>(rows[0]) + static_cast<uintptr_t>(prefetch_offset)) &
-                    ~uintptr_t{63};
+  uintptr_t ahead =
+      (reinterpret_cast<uintptr_t>(rows[0]) + static_cast<uintptr_t>(prefetch_offset)) &
+      ~uintptr_t{63};
   __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
   const auto step_of = [&](int64_t super, auto n_constant) __attribute__((always_inline)) {
     constexpr int n = decltype(n_constant)::value;
@@ -584,7 +582,7 @@ HWY_INLINE void KQDecodeQuad(const std::byte* const* rows, int rows_valid, int64
 // longer than kKDecodeMaxSteps steps.  Not inlined (as KMlxDecodeRows).
 template <DType kType>
 HWY_NOINLINE bool KQDecodeRows(const MatrixView& w, int64_t row_begin, int64_t row_end,
-                             const std::byte* xa, int64_t prefetch_rows, float* y) {
+                               const std::byte* xa, int64_t prefetch_rows, float* y) {
   const int64_t supers = w.cols / internal::kQK;
   if (2 * supers > kKDecodeMaxSteps) return false;
   const std::byte* tiles = xa + internal::KActTileOffset(w.cols);

@@ -245,12 +245,10 @@ struct KQ45Rows {
     const __m256i top = _mm256_set1_epi8(0x30);  // bits 6, 7 of a byte at 4, 5 (>> 2)
     const __m256i sc[2] = {
         _mm256_and_si256(w0, k6),
-        _mm256_or_si256(_mm256_and_si256(w2, k4),
-                        _mm256_and_si256(_mm256_srli_epi32(w0, 2), top))};
-    const __m256i m[2] = {
-        _mm256_and_si256(w1, k6),
-        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(w2, 4), k4),
-                        _mm256_and_si256(_mm256_srli_epi32(w1, 2), top))};
+        _mm256_or_si256(_mm256_and_si256(w2, k4), _mm256_and_si256(_mm256_srli_epi32(w0, 2), top))};
+    const __m256i m[2] = {_mm256_and_si256(w1, k6),
+                          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(w2, 4), k4),
+                                          _mm256_and_si256(_mm256_srli_epi32(w1, 2), top))};
     // f16 d and dmin of row r in 16-bit lanes 2r, 2r + 1 of dd; d of rows 0..3 twice, then dmin.
     const __m128i dd = _mm256_castsi256_si128(_mm256_unpacklo_epi64(lo01, lo23));
     const __m256 d = _mm256_cvtph_ps(
@@ -263,9 +261,9 @@ struct KQ45Rows {
       // Lane 4s' + r <- byte 4r + 2hh + s' (a zero-extended byte: indices with bit 7 give 0).
       const char j0 = static_cast<char>(2 * hh), j1 = static_cast<char>(2 * hh + 1);
       const char z = static_cast<char>(0x80);
-      const __m256i lanes = _mm256_setr_epi8(
-          j0, z, z, z, j0 + 4, z, z, z, j0 + 8, z, z, z, j0 + 12, z, z, z,  //
-          j1, z, z, z, j1 + 4, z, z, z, j1 + 8, z, z, z, j1 + 12, z, z, z);
+      const __m256i lanes =
+          _mm256_setr_epi8(j0, z, z, z, j0 + 4, z, z, z, j0 + 8, z, z, z, j0 + 12, z, z, z,  //
+                           j1, z, z, z, j1 + 4, z, z, z, j1 + 8, z, z, z, j1 + 12, z, z, z);
       const auto to_f32 = [&](__m256i bytes) __attribute__((always_inline)) {
         return _mm256_cvtepi32_ps(_mm256_shuffle_epi8(bytes, lanes));
       };
@@ -305,8 +303,8 @@ struct KQ45Rows {
                                               _mm_set1_epi8(static_cast<char>(1 << bit)));
         const __m256i sixteen = _mm256_set1_epi8(0x10);
         const auto high = [&](const std::byte* qh) __attribute__((always_inline)) {
-          return _mm256_and_si256(
-              _mm256_cmpeq_epi8(_mm256_and_si256(broadcast(qh), mask), mask), sixteen);
+          return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(broadcast(qh), mask), mask),
+                                  sixteen);
         };
         w.lo[r] = _mm256_or_si256(w.lo[r], high(blk + internal::kQ5KQh));
         w.hi[r] = _mm256_or_si256(w.hi[r], high(blk + internal::kQ5KQh + 16));
@@ -339,11 +337,13 @@ struct KQ6Rows {
     const int64_t offset = step / 2 * kBytes;
     __m256i v[4];
     for (int r = 0; r < 4; ++r) {
-      v[r] = _mm256_broadcastsi128_si256(
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[r] + offset + internal::kQ6KScales)));
+      v[r] = _mm256_broadcastsi128_si256(_mm_loadu_si128(
+          reinterpret_cast<const __m128i*>(rows[r] + offset + internal::kQ6KScales)));
     }
-    const __m256i lo01 = _mm256_unpacklo_epi32(v[0], v[1]), hi01 = _mm256_unpackhi_epi32(v[0], v[1]);
-    const __m256i lo23 = _mm256_unpacklo_epi32(v[2], v[3]), hi23 = _mm256_unpackhi_epi32(v[2], v[3]);
+    const __m256i lo01 = _mm256_unpacklo_epi32(v[0], v[1]),
+                  hi01 = _mm256_unpackhi_epi32(v[0], v[1]);
+    const __m256i lo23 = _mm256_unpacklo_epi32(v[2], v[3]),
+                  hi23 = _mm256_unpackhi_epi32(v[2], v[3]);
     const __m256i w[4] = {_mm256_unpacklo_epi64(lo01, lo23), _mm256_unpackhi_epi64(lo01, lo23),
                           _mm256_unpacklo_epi64(hi01, hi23), _mm256_unpackhi_epi64(hi01, hi23)};
     const __m128 d4 = _mm_mul_ps(KQ6RowScales(rows, offset), _mm_set1_ps(0x1p-24f));
@@ -353,8 +353,8 @@ struct KQ6Rows {
       const char z = static_cast<char>(0x80);
       const auto b = [](int i) { return static_cast<char>(i); };
       return _mm256_setr_epi8(z, z, z, b(p), z, z, z, b(4 + p), z, z, z, b(8 + p), z, z, z,
-                              b(12 + p), z, z, z, b(2 + p), z, z, z, b(6 + p), z, z, z,
-                              b(10 + p), z, z, z, b(14 + p));
+                              b(12 + p), z, z, z, b(2 + p), z, z, z, b(6 + p), z, z, z, b(10 + p),
+                              z, z, z, b(14 + p));
     };
     const __m256i lanes_a = table(0), lanes_c = table(1);
     for (int n = 0; n < 2; ++n) {
@@ -638,8 +638,8 @@ HWY_INLINE void KQ45QuadTile(const std::byte* const* rows, int rows_valid, int64
   constexpr int64_t kBytes = KQ45Rows<kType>::kBytes;
   const RegionPrefetcher prefetcher(rows[0], prefetch_offset, rows[3] - rows[0] + supers * kBytes,
                                     supers);
-  KHalfTile<kActs>(KQ45Rows<kType>{rows, prefetcher}, 2 * supers, cache, x, x_stride, rows_valid,
-                   y, y_stride);
+  KHalfTile<kActs>(KQ45Rows<kType>{rows, prefetcher}, 2 * supers, cache, x, x_stride, rows_valid, y,
+                   y_stride);
 }
 
 template <int kActs>
