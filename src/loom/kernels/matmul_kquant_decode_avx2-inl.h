@@ -1,18 +1,25 @@
-// Decode (one activation row, n = 1) of the MLX products on AVX2 and AVX3 (AVX-512 without VNNI):
-// the tiles of matmul_kquant_tile_avx2-inl.h with one activation row, cheaper in instructions.
-// Included by matmul_kquant-inl.h once per SIMD target; empty for other targets.
+// Decode (one activation row, n = 1) of the K-quant (Q4_K, Q5_K, Q6_K) and MLX products on AVX2
+// and AVX3 (AVX-512 without VNNI): the tiles of matmul_kquant_tile_avx2-inl.h with one activation
+// row, cheaper in instructions.  Included by matmul_kquant-inl.h once per SIMD target; empty for
+// other targets.  KTileRows (matmul_kquant-inl.h) hands decode calls to KMlxDecodeRows and
+// KQDecodeRows.
 //
-// On Zen 3 these products are compute-bound in decode, and most of their instructions ran on the
-// two shuffle/shift pipes (unpacks, shifts, vpermps, byte widening) while the multiply pipes and
-// the integer units idled.  So, with the same lanes and the same f32 arithmetic as the tiles (the
-// same bits: matmul_kquant_lanes_test holds both to a scalar model):
-//  - the factors (scales, biases) of a quad's rows are transposed once per quad, a group at a
-//    time, into a table with a 4-row vector per block, which each step loads as the factor lanes
-//    4s' + r of its halves (no per-step permutes and widening);
-//  - 4-bit weights meet activations kept in nibble order: a copy of the activation row, made once
-//    per call, holds each block's even values, then its odd ones, so that a byte's low and high
-//    nibbles multiply as they are loaded (no byte interleaving of the weights);
-//  - integer sums of 4-bit weights are added in int16 through the lane tree and widened once.
+// On Zen 3 these products are compute-bound in decode, and many of their instructions ran on the
+// two shuffle/shift pipes (unpacks, shifts, vpermps, byte widening, lane inserts) or kept values
+// on the stack.  So, with the same lanes and the same f32 arithmetic as the tiles (the same bits:
+// matmul_kquant_lanes_test holds both to a scalar model):
+//  - MLX factors (scales, biases) of a quad's rows are transposed once per quad into a table with
+//    a 4-row vector per group, which each step loads as the factor lanes 4s' + r of its halves
+//    (no per-step permutes and widening); K-quant factors come from the row-order header bytes by
+//    one vpshufb per vector, a super-block ahead, into a small table;
+//  - 4-bit MLX weights meet activations kept in nibble order: a copy of the activation row, made
+//    once per call, holds each block's even values, then its odd ones, so that a byte's low and
+//    high nibbles multiply as they are loaded (no byte interleaving of the weights);
+//  - Q6_K blocks are decoded in value order and meet the kact row's own values (fewer shifts, no
+//    lane inserts);
+//  - integer sums are added in int16 through the lane tree (or its first level) where no int16
+//    can overflow, and widened once;
+//  - the quad-ahead prefetch run (RegionPrefetcher's) stays in registers.
 // The integer dot product of a (block, row) lane is exact whichever way its products are paired,
 // so only the f32 part fixes the bits, and it is the tiles' own.
 
@@ -409,10 +416,10 @@ inline HWY_NOINLINE bool KMlxDecodeRows(const MatrixView& w, int64_t row_begin, 
   return true;
 }
 
-// ---- K-quant decode of a quad of rows: the factors of every step first, into a table (a[0],
-// a[1], c[0], c[1] of step k at 32 k), computed as the tiles compute them; then the steps, with
-// nothing but their weights and the accumulators in registers (the tiles computed a super-block's
-// factors at its first step and kept half of them on the stack).
+// ---- K-quant decode of a quad of rows: the factors of a super-block (a[0], a[1], c[0], c[1] of
+// step k at table + 32 k), computed while the super-block before is multiplied, then its two
+// steps, with nothing but their weights and the accumulators in registers (the tiles computed a
+// super-block's factors at its first step and kept half of them on the stack).
 
 // Lane 4s + r of the result = the sum of the 4 32-bit lanes of block s of v[r] (SumBlockLanes256),
 // for int16 pairs that may be added once more in int16 (each int16 at most 16384 in magnitude):
