@@ -201,9 +201,9 @@ struct KQ45Rows {
   HWY_INLINE void Prefetch(int64_t /*step*/) const { prefetcher.Next(); }
 
   // The tiles' factors: KQ45HeaderOf's transposed bytes, widened.  (DecodeFactors gives the same
-  // lanes in fewer instructions, but in the tiles, where factors are computed once per quad and
-  // kept for the next tiles, it made batches 3-5% slower: the register allocation of their hot
-  // loop, in which this code sits on a cold path, changed.)
+  // lanes in fewer instructions, but the tiles compute factors once per quad and keep them for the
+  // next tiles, so it gains them nothing, and with it their batches measured up to 5% slower, in
+  // noisy runs: this code sits on a cold path of their hot loop and changes its registers.)
   HWY_INLINE void Factors(int64_t step, KFactors (&f)[2]) const {
     const KQ45Header h = KQ45HeaderOf(rows, step / 2 * kBytes);
     const __m256 dd = _mm256_cvtph_ps(h.dd);  // lanes 2r, 2r + 1
