@@ -47,7 +47,7 @@ namespace loom::kernels::HWY_NAMESPACE {
 
 #if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
 
-// Rows of up to kKDecodeMaxSteps * 128 values (16384) take this path; longer ones the tiles.
+// MLX rows of up to kKDecodeMaxSteps * 128 values (16384) take this path; longer ones the tiles.
 inline constexpr int64_t kKDecodeMaxSteps = 128;
 
 // The activation row of a decode call: its kact tile groups and, for MLX 4-bit weights, its values
@@ -518,23 +518,23 @@ struct KQDecodeHalf<DType::kQ6_K> {
 };
 
 // One quad of K-quant rows at n = 1 (the tiles' KQ45QuadTile / KQ6QuadTile with one activation
-// row): xa the kact row; table: 32 floats per step.
+// row): xa the kact row; table: 128 floats (the factors of 4 steps: two super-blocks).
 template <DType kType>
 HWY_INLINE void KQDecodeQuad(const std::byte* const* rows, int rows_valid, int64_t prefetch_offset,
                              int64_t supers, const std::byte* xa, const std::byte* tiles,
                              float* table, float* y) {
   using Rows = std::conditional_t<kType == DType::kQ6_K, KQ6Rows, KQ45Rows<kType>>;
   const Rows q{rows, RegionPrefetcher(nullptr, 0, 0, 0)};
-  // The factors of super-block k, at table + 64 k, computed while super-block k - 1 is multiplied:
-  // early enough for their latency to hide, late enough for the quad's headers to be in cache and
-  // their loads spread over its steps (all of them at the start of a quad, in a pre-pass, made the
-  // 2-thread model decode of Q4_K 10% slower although in-cache products were faster; at the
-  // super-block's own start, the in-cache products were 10% slower).
+  // The factors of super-block k, at table + 64 (k % 2), computed while super-block k - 1 is
+  // multiplied: early enough for their latency to hide, late enough for the quad's headers to be
+  // in cache and their loads spread over its steps (all of them at the start of a quad, in a
+  // pre-pass, made the 2-thread model decode of Q4_K 10% slower although in-cache products were
+  // faster; at the super-block's own start, the in-cache products were 10% slower).
   const auto factors = [&](int64_t k) __attribute__((always_inline)) {
     KFactors f[2];
     q.DecodeFactors(2 * k, f);
     for (int i = 0; i < 2; ++i) {
-      float* t = table + 32 * (2 * k + i);
+      float* t = table + 32 * ((2 * k + i) & 3);
       _mm256_store_ps(t, f[i].a[0]);
       _mm256_store_ps(t + 8, f[i].a[1]);
       _mm256_store_ps(t + 16, f[i].c[0]);
@@ -552,7 +552,7 @@ HWY_INLINE void KQDecodeQuad(const std::byte* const* rows, int rows_valid, int64
     constexpr int n = decltype(n_constant)::value;
     const int64_t step = 2 * super + n;
     const std::byte* xt = tiles + step * internal::kKTileGroupBytes;
-    const float* t = table + 32 * step;
+    const float* t = table + 32 * (step & 3);
     for (int hh = 0; hh < 2; ++hh) {
       const __m256 a = _mm256_load_ps(t + 8 * hh);
       const __m256 c = _mm256_load_ps(t + 16 + 8 * hh);
@@ -585,15 +585,14 @@ HWY_INLINE void KQDecodeQuad(const std::byte* const* rows, int rows_valid, int64
   StoreQuadRows256(acc[0], acc[1], rows_valid, y);
 }
 
-// The products of rows [row_begin, row_end) with one kact row xa; false (nothing done) for rows
-// longer than kKDecodeMaxSteps steps.  Not inlined (as KMlxDecodeRows).
+// The products of rows [row_begin, row_end) with one kact row xa (rows of any length: true).  Not
+// inlined (as KMlxDecodeRows).
 template <DType kType>
 HWY_NOINLINE bool KQDecodeRows(const MatrixView& w, int64_t row_begin, int64_t row_end,
                                const std::byte* xa, int64_t prefetch_rows, float* y) {
   const int64_t supers = w.cols / internal::kQK;
-  if (2 * supers > kKDecodeMaxSteps) return false;
   const std::byte* tiles = xa + internal::KActTileOffset(w.cols);
-  alignas(64) float table[32 * kKDecodeMaxSteps];
+  alignas(64) float table[128];
   for (int64_t r = row_begin; r < row_end; r += 4) {
     const int rows_valid = static_cast<int>(std::min<int64_t>(4, row_end - r));
     const std::byte* rows[4];

@@ -239,7 +239,7 @@ class KTileLanesTest : public ::testing::TestWithParam<DType> {};
 
 TEST_P(KTileLanesTest, TilesComputeTheModelsBits) {
   if (TileTargets().empty()) GTEST_SKIP() << "no x86 tile target on this CPU";
-  for (int64_t cols : {256, 768, 2304}) {
+  for (int64_t cols : {256, 768, 2304, 16640}) {  // 16640: 130 steps
     for (int64_t rows : {1, 6}) {
       const TestMatrix m(GetParam(), rows, cols, static_cast<uint32_t>(rows + cols));
       for (int64_t n : {1, 6}) {
