@@ -29,6 +29,7 @@
 #include "hwy/highway.h"
 #include "loom/kernels/block_formats.h"
 #include "loom/kernels/kernels_internal.h"
+#include "loom/kernels/matmul_kquant_decode_avx2-inl.h"
 #include "loom/kernels/matmul_kquant_tile-inl.h"
 #include "loom/kernels/matmul_kquant_tile_avx2-inl.h"
 #include "loom/kernels/stream_avx3-inl.h"
@@ -225,6 +226,17 @@ HWY_INLINE LOOM_KERNELS_QUAD_ATTR void KQuadTile(const KMlxQuad& quad, const std
   }
 }
 
+// How many rows ahead of a quad its tiles prefetch: whole quads, so that the prefetched bytes are
+// those the same tile position of a later quad will read (see QuantRows).
+template <DType kType>
+HWY_INLINE int64_t KPrefetchRows(const MatrixView& w) {
+  // The weight type's bytes per 32 values, in eighths (K-quant super-blocks hold 8 x 32).
+  const int64_t block_bytes8 =
+      kType == DType::kMlx4 ? Traits(w.type).block_bytes * 8 : Traits(kType).block_bytes;
+  const int64_t row_bytes = std::max<int64_t>(1, w.cols / 32 * block_bytes8 / 8);
+  return (kPrefetchBytes + 4 * row_bytes - 1) / (4 * row_bytes) * 4;
+}
+
 // The products of rows [row_begin, row_end) with n kact rows: 4 weight rows at a time, in tiles of
 // kKTileActs activation rows (then half as many, then 1; the tiles and kKTileActs are the target's:
 // matmul_kquant_tile-inl.h, matmul_kquant_tile_avx2-inl.h), activation rows in chunks whose tile
@@ -238,13 +250,7 @@ LOOM_KERNELS_QUAD_ATTR void KTileRows(const MatrixView& w, int64_t row_begin, in
   // corrections; the others: values, scales and sums), whole 128-byte line pairs.
   const int64_t tile_bytes = (w.cols + internal::kKTileGroupValues - 1) /
                              internal::kKTileGroupValues * (kType == DType::kQ6_K ? 384 : 256);
-  // The weight type's bytes per 32 values, in eighths (K-quant super-blocks hold 8 x 32).
-  const int64_t block_bytes8 =
-      kType == DType::kMlx4 ? Traits(w.type).block_bytes * 8 : Traits(kType).block_bytes;
-  const int64_t row_bytes = std::max<int64_t>(1, w.cols / 32 * block_bytes8 / 8);
-  // Whole quads ahead, so that the prefetched bytes are those the same tile position of a later
-  // quad will read (see QuantRows).
-  const int64_t prefetch_rows = (kPrefetchBytes + 4 * row_bytes - 1) / (4 * row_bytes) * 4;
+  const int64_t prefetch_rows = KPrefetchRows<kType>(w);
   const int64_t chunk =
       std::max<int64_t>(kKTileActs, (int64_t{512} << 10) / tile_bytes / kKTileActs * kKTileActs);
   KMlxQuad quad;
@@ -305,6 +311,19 @@ void KQuantRows(const MatrixView& w, int64_t row_begin, int64_t row_end, const s
                 int64_t n, float* y, int64_t y_stride) {
 #if HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
   if (KTileSupports<kType>(w)) {
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
+    // Decode: the cheaper n = 1 forms of the tiles (matmul_kquant_decode_avx2-inl.h), called from
+    // here rather than from KTileRows, whose batched loops then compile as they did without them
+    // (with the call inside, GCC allocated their general registers differently: a fifth more
+    // stack accesses in the Q4_K tile loop).
+    if (n == 1) {
+      if constexpr (kType == DType::kMlx4) {
+        if (KMlxDecodeRows(w, row_begin, row_end, xa, KPrefetchRows<kType>(w), y)) return;
+      } else {
+        if (KQDecodeRows<kType>(w, row_begin, row_end, xa, KPrefetchRows<kType>(w), y)) return;
+      }
+    }
+#endif
     KTileRows<kType>(w, row_begin, row_end, xa, n, y, y_stride);
     return;
   }

@@ -224,22 +224,30 @@ std::vector<float> ExtremeActivations(int64_t n, int64_t cols) {
 // w times n rows of ExtremeActivations: near the reference on every target, the model's bits on the
 // tile targets.
 void ExpectExtremesRight(const MatrixView& w, int64_t n) {
-  const std::vector<float> x = ExtremeActivations(n, w.cols);
-  ForEachSimdTarget([&] {
-    Workspace ws;
-    base::ThreadPool pool(1, /*spin_microseconds=*/0);
-    std::vector<float> y(static_cast<size_t>(n * w.rows), NAN);
-    MatMul(w, x.data(), n, y.data(), ws, pool);
-    ExpectMatchesReference(w, x.data(), n, y.data());
-  });
-  if (!TileTargets().empty()) ExpectTilesMatchModel(w, x, n);
+  const std::vector<float> all = ExtremeActivations(n, w.cols);
+  const auto expect = [&](const std::vector<float>& x, int64_t rows) {
+    ForEachSimdTarget([&] {
+      Workspace ws;
+      base::ThreadPool pool(1, /*spin_microseconds=*/0);
+      std::vector<float> y(static_cast<size_t>(rows * w.rows), NAN);
+      MatMul(w, x.data(), rows, y.data(), ws, pool);
+      ExpectMatchesReference(w, x.data(), rows, y.data());
+    });
+    if (!TileTargets().empty()) ExpectTilesMatchModel(w, x, rows);
+  };
+  expect(all, n);
+  // Each row alone too: decode (one activation row) has its own int16 sums on AVX2
+  // (matmul_kquant_decode_avx2-inl.h).
+  for (int64_t i = 0; i < n; ++i) {
+    expect(std::vector<float>(all.begin() + i * w.cols, all.begin() + (i + 1) * w.cols), 1);
+  }
 }
 
 class KTileLanesTest : public ::testing::TestWithParam<DType> {};
 
 TEST_P(KTileLanesTest, TilesComputeTheModelsBits) {
   if (TileTargets().empty()) GTEST_SKIP() << "no x86 tile target on this CPU";
-  for (int64_t cols : {256, 768, 2304}) {
+  for (int64_t cols : {256, 768, 2304, 16640}) {  // 16640: 130 steps
     for (int64_t rows : {1, 6}) {
       const TestMatrix m(GetParam(), rows, cols, static_cast<uint32_t>(rows + cols));
       for (int64_t n : {1, 6}) {
@@ -267,7 +275,7 @@ class MlxTileLanesTest : public ::testing::TestWithParam<MlxCase> {};
 TEST_P(MlxTileLanesTest, TilesComputeTheModelsBits) {
   if (TileTargets().empty()) GTEST_SKIP() << "no x86 tile target on this CPU";
   const MlxCase c = GetParam();
-  for (int64_t cols : {32, 96, 128, 224, 384, 1152}) {
+  for (int64_t cols : {32, 96, 128, 224, 384, 1152, 4224}) {  // 4224: 33 groups of 128
     if (cols % c.group != 0) continue;
     const TestMatrix m(c.type, 5, cols, static_cast<uint32_t>(cols), c.group, c.scale_type);
     for (int64_t n : {1, 6}) {

@@ -187,12 +187,6 @@ HWY_INLINE void KHalfTile(const Rows& rows, int64_t steps, const KFactorCache& c
   }
 }
 
-// 8 bytes (from byte 8hh of b) as f32 lanes.
-HWY_INLINE __m256 KHalfBytesToF32(__m128i b, int hh, bool is_signed) {
-  const __m128i bytes = hh == 0 ? b : _mm_srli_si128(b, 8);
-  return _mm256_cvtepi32_ps(is_signed ? _mm256_cvtepi8_epi32(bytes) : _mm256_cvtepu8_epi32(bytes));
-}
-
 // ---- Q4_K and Q5_K: steps 2k and 2k + 1 are the halves of super-block k (rows[r] + k * kBytes).
 
 template <DType kType>
@@ -206,6 +200,10 @@ struct KQ45Rows {
 
   HWY_INLINE void Prefetch(int64_t /*step*/) const { prefetcher.Next(); }
 
+  // The tiles' factors: KQ45HeaderOf's transposed bytes, widened.  (DecodeFactors gives the same
+  // lanes in fewer instructions, but the tiles compute factors once per quad and keep them for the
+  // next tiles, so it gains them nothing, and with it their batches measured up to 5% slower, in
+  // noisy runs: this code sits on a cold path of their hot loop and changes its registers.)
   HWY_INLINE void Factors(int64_t step, KFactors (&f)[2]) const {
     const KQ45Header h = KQ45HeaderOf(rows, step / 2 * kBytes);
     const __m256 dd = _mm256_cvtph_ps(h.dd);  // lanes 2r, 2r + 1
@@ -213,10 +211,65 @@ struct KQ45Rows {
     const __m256 neg_dmin =
         _mm256_xor_ps(_mm256_permutevar8x32_ps(dd, _mm256_setr_epi32(1, 3, 5, 7, 1, 3, 5, 7)),
                       _mm256_set1_ps(-0.0f));
+    const auto to_f32 = [](__m128i b, int hh) __attribute__((always_inline)) {
+      return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hh == 0 ? b : _mm_srli_si128(b, 8)));
+    };
     for (int k = 0; k < 2; ++k) {
       for (int hh = 0; hh < 2; ++hh) {
-        f[k].a[hh] = _mm256_mul_ps(KHalfBytesToF32(h.sc[k], hh, false), d);
-        f[k].c[hh] = _mm256_mul_ps(KHalfBytesToF32(h.m[k], hh, false), neg_dmin);
+        f[k].a[hh] = _mm256_mul_ps(to_f32(h.sc[k], hh), d);
+        f[k].c[hh] = _mm256_mul_ps(to_f32(h.m[k], hh), neg_dmin);
+      }
+    }
+  }
+
+  // Decode's factors (matmul_kquant_decode_avx2-inl.h): KScaleMin of the 4 rows (KQ45HeaderOf's
+  // values) on 256-bit vectors with the 16 header bytes of each row in both 128-bit lanes, left in
+  // row order (byte 4r + j: sub-block j or 4 + j of row r): one vpshufb per factor vector then
+  // takes its lanes 4s' + r straight to 32-bit lanes, where the tiles' header transposes its bytes
+  // and widens them with vpmovzxbd (two uops on Zen 3's shuffle pipes) after byte shifts.
+  HWY_INLINE void DecodeFactors(int64_t step, KFactors (&f)[2]) const {
+    const int64_t offset = step / 2 * kBytes;
+    __m256i v[4];
+    for (int r = 0; r < 4; ++r) {
+      v[r] = _mm256_broadcastsi128_si256(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[r] + offset)));
+    }
+    const __m256i lo01 = _mm256_unpacklo_epi32(v[0], v[1]);
+    const __m256i lo23 = _mm256_unpacklo_epi32(v[2], v[3]);
+    const __m256i hi01 = _mm256_unpackhi_epi32(v[0], v[1]);
+    const __m256i hi23 = _mm256_unpackhi_epi32(v[2], v[3]);
+    const __m256i w0 = _mm256_unpackhi_epi64(lo01, lo23);  // scale bytes 0..3 of row r at 4r
+    const __m256i w1 = _mm256_unpacklo_epi64(hi01, hi23);  // 4..7
+    const __m256i w2 = _mm256_unpackhi_epi64(hi01, hi23);  // 8..11
+    const __m256i k6 = _mm256_set1_epi8(0x3F), k4 = _mm256_set1_epi8(0x0F);
+    const __m256i top = _mm256_set1_epi8(0x30);  // bits 6, 7 of a byte at 4, 5 (>> 2)
+    const __m256i sc[2] = {
+        _mm256_and_si256(w0, k6),
+        _mm256_or_si256(_mm256_and_si256(w2, k4), _mm256_and_si256(_mm256_srli_epi32(w0, 2), top))};
+    const __m256i m[2] = {_mm256_and_si256(w1, k6),
+                          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(w2, 4), k4),
+                                          _mm256_and_si256(_mm256_srli_epi32(w1, 2), top))};
+    // f16 d and dmin of row r in 16-bit lanes 2r, 2r + 1 of dd; d of rows 0..3 twice, then dmin.
+    const __m128i dd = _mm256_castsi256_si128(_mm256_unpacklo_epi64(lo01, lo23));
+    const __m256 d = _mm256_cvtph_ps(
+        _mm_shuffle_epi8(dd, _mm_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 0, 1, 4, 5, 8, 9, 12, 13)));
+    const __m256 neg_dmin = _mm256_xor_ps(
+        _mm256_cvtph_ps(_mm_shuffle_epi8(
+            dd, _mm_setr_epi8(2, 3, 6, 7, 10, 11, 14, 15, 2, 3, 6, 7, 10, 11, 14, 15))),
+        _mm256_set1_ps(-0.0f));
+    for (int hh = 0; hh < 2; ++hh) {
+      // Lane 4s' + r <- byte 4r + 2hh + s' (a zero-extended byte: indices with bit 7 give 0).
+      const char j0 = static_cast<char>(2 * hh), j1 = static_cast<char>(2 * hh + 1);
+      const char z = static_cast<char>(0x80);
+      const __m256i lanes =
+          _mm256_setr_epi8(j0, z, z, z, j0 + 4, z, z, z, j0 + 8, z, z, z, j0 + 12, z, z, z,  //
+                           j1, z, z, z, j1 + 4, z, z, z, j1 + 8, z, z, z, j1 + 12, z, z, z);
+      const auto to_f32 = [&](__m256i bytes) __attribute__((always_inline)) {
+        return _mm256_cvtepi32_ps(_mm256_shuffle_epi8(bytes, lanes));
+      };
+      for (int k = 0; k < 2; ++k) {
+        f[k].a[hh] = _mm256_mul_ps(to_f32(sc[k]), d);
+        f[k].c[hh] = _mm256_mul_ps(to_f32(m[k]), neg_dmin);
       }
     }
   }
@@ -225,8 +278,11 @@ struct KQ45Rows {
   // 4h + 2hh + 1 in their high nibbles; Q5_K's fifth bit of value l of sub-block j is bit j of
   // qh byte l.
   HWY_INLINE KHalf Decode(int64_t step, int hh) const {
+    return DecodeOf(step / 2, static_cast<int>(step % 2), hh);
+  }
+  // Half hh of half h of super-block `super` (constant h and hh fold the shifts and offsets).
+  HWY_INLINE KHalf DecodeOf(int64_t super, int h, int hh) const {
     constexpr int64_t kQs = kType == DType::kQ4_K ? internal::kQ4KQs : internal::kQ5KQs;
-    const int h = static_cast<int>(step % 2);
     const __m256i nibble = _mm256_set1_epi8(0x0F);
     const __m256i lanes = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);  // low, high nibbles
     const auto broadcast = [](const std::byte* p) __attribute__((always_inline)) {
@@ -234,19 +290,21 @@ struct KQ45Rows {
     };
     KHalf w;
     for (int r = 0; r < 4; ++r) {
-      const std::byte* blk = rows[r] + step / 2 * kBytes;
+      const std::byte* blk = rows[r] + super * kBytes;
       const std::byte* qs = blk + kQs + 64 * h + 32 * hh;
       w.lo[r] = _mm256_and_si256(_mm256_srlv_epi32(broadcast(qs), lanes), nibble);
       w.hi[r] = _mm256_and_si256(_mm256_srlv_epi32(broadcast(qs + 16), lanes), nibble);
       if constexpr (kType == DType::kQ5_K) {
-        // Bit 4h + 2hh + L of each byte to bit 4 (32-bit shifts by less than 8 keep bytes apart).
+        // Bit 4h + 2hh + L of each byte as 16 (0x10): a compare with the bit's mask instead of
+        // two shifts, which take the shuffle/shift pipes (two of Zen 3's four) as the nibble
+        // shifts do.
         const int bit = 4 * h + 2 * hh;
-        const __m256i shift =
-            _mm256_setr_epi32(bit, bit, bit, bit, bit + 1, bit + 1, bit + 1, bit + 1);
-        const __m256i one = _mm256_set1_epi8(1);
+        const __m256i mask = _mm256_set_m128i(_mm_set1_epi8(static_cast<char>(2 << bit)),
+                                              _mm_set1_epi8(static_cast<char>(1 << bit)));
+        const __m256i sixteen = _mm256_set1_epi8(0x10);
         const auto high = [&](const std::byte* qh) __attribute__((always_inline)) {
-          return _mm256_slli_epi16(_mm256_and_si256(_mm256_srlv_epi32(broadcast(qh), shift), one),
-                                   4);
+          return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(broadcast(qh), mask), mask),
+                                  sixteen);
         };
         w.lo[r] = _mm256_or_si256(w.lo[r], high(blk + internal::kQ5KQh));
         w.hi[r] = _mm256_or_si256(w.hi[r], high(blk + internal::kQ5KQh + 16));
@@ -269,35 +327,46 @@ struct KQ6Rows {
 
   HWY_INLINE void Prefetch(int64_t /*step*/) const { prefetcher.Next(); }
 
-  // a of step n's half-block p of block s, row r = d of row r * scale 8n + 2s + p of row r.
+  // a of step n's half-block p of block s, row r = d of row r * scale 8n + 2s + p of row r.  The
+  // int8 scales are taken in row order (byte 4r + j of w[i]: scale 4i + j of row r) by one vpshufb
+  // per factor vector into the top bytes of its 32-bit lanes, as sc * 2^24, and multiplied by
+  // d * 2^-24: the same real product, so the same rounded f32 as sc * d (both scalings are exact:
+  // |sc * 2^24| <= 2^31, an f16 d times 2^-24 stays a normal f32), without vpmovsxbd (two uops on
+  // Zen 3's shuffle pipes) and the byte transposes.
   HWY_INLINE void Factors(int64_t step, KFactors (&f)[2]) const {
     const int64_t offset = step / 2 * kBytes;
-    __m128i v[4];
+    __m256i v[4];
     for (int r = 0; r < 4; ++r) {
-      v[r] = _mm_loadu_si128(
-          reinterpret_cast<const __m128i*>(rows[r] + offset + internal::kQ6KScales));
+      v[r] = _mm256_broadcastsi128_si256(_mm_loadu_si128(
+          reinterpret_cast<const __m128i*>(rows[r] + offset + internal::kQ6KScales)));
     }
-    // Byte 4j + r of t[j / 4]: scale j of row r.
-    const __m128i lo01 = _mm_unpacklo_epi8(v[0], v[1]), hi01 = _mm_unpackhi_epi8(v[0], v[1]);
-    const __m128i lo23 = _mm_unpacklo_epi8(v[2], v[3]), hi23 = _mm_unpackhi_epi8(v[2], v[3]);
-    const __m128 t[4] = {_mm_castsi128_ps(_mm_unpacklo_epi16(lo01, lo23)),
-                         _mm_castsi128_ps(_mm_unpackhi_epi16(lo01, lo23)),
-                         _mm_castsi128_ps(_mm_unpacklo_epi16(hi01, hi23)),
-                         _mm_castsi128_ps(_mm_unpackhi_epi16(hi01, hi23))};
-    const __m128 d4 = KQ6RowScales(rows, offset);
+    const __m256i lo01 = _mm256_unpacklo_epi32(v[0], v[1]),
+                  hi01 = _mm256_unpackhi_epi32(v[0], v[1]);
+    const __m256i lo23 = _mm256_unpacklo_epi32(v[2], v[3]),
+                  hi23 = _mm256_unpackhi_epi32(v[2], v[3]);
+    const __m256i w[4] = {_mm256_unpacklo_epi64(lo01, lo23), _mm256_unpackhi_epi64(lo01, lo23),
+                          _mm256_unpacklo_epi64(hi01, hi23), _mm256_unpackhi_epi64(hi01, hi23)};
+    const __m128 d4 = _mm_mul_ps(KQ6RowScales(rows, offset), _mm_set1_ps(0x1p-24f));
     const __m256 d = _mm256_insertf128_ps(_mm256_castps128_ps256(d4), d4, 1);
+    // Lane 4s' + r <- byte 4r + 2s' + p, in the top byte of the lane (indices with bit 7 give 0).
+    const auto table = [](int p) {
+      const char z = static_cast<char>(0x80);
+      const auto b = [](int i) { return static_cast<char>(i); };
+      return _mm256_setr_epi8(z, z, z, b(p), z, z, z, b(4 + p), z, z, z, b(8 + p), z, z, z,
+                              b(12 + p), z, z, z, b(2 + p), z, z, z, b(6 + p), z, z, z, b(10 + p),
+                              z, z, z, b(14 + p));
+    };
+    const __m256i lanes_a = table(0), lanes_c = table(1);
     for (int n = 0; n < 2; ++n) {
-      // Byte 4s + r: scale 8n + 2s (p0) or 8n + 2s + 1 (p1) of row r.
-      const __m128i p0 =
-          _mm_castps_si128(_mm_shuffle_ps(t[2 * n], t[2 * n + 1], _MM_SHUFFLE(2, 0, 2, 0)));
-      const __m128i p1 =
-          _mm_castps_si128(_mm_shuffle_ps(t[2 * n], t[2 * n + 1], _MM_SHUFFLE(3, 1, 3, 1)));
       for (int hh = 0; hh < 2; ++hh) {
-        f[n].a[hh] = _mm256_mul_ps(KHalfBytesToF32(p0, hh, true), d);
-        f[n].c[hh] = _mm256_mul_ps(KHalfBytesToF32(p1, hh, true), d);
+        const __m256i bytes = w[2 * n + hh];
+        f[n].a[hh] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_shuffle_epi8(bytes, lanes_a)), d);
+        f[n].c[hh] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_shuffle_epi8(bytes, lanes_c)), d);
       }
     }
   }
+
+  HWY_INLINE void DecodeFactors(int64_t step, KFactors (&f)[2]) const { Factors(step, f); }
 
   // Half hh of step n: values 64hh + 32L + j of lane L; j < 16 (lo) from ql bytes [0, 16) and
   // [32, 48) and qh bytes [0, 16), j >= 16 (hi) from the next 16 of each.  hh = 0: low nibbles,
@@ -569,8 +638,8 @@ HWY_INLINE void KQ45QuadTile(const std::byte* const* rows, int rows_valid, int64
   constexpr int64_t kBytes = KQ45Rows<kType>::kBytes;
   const RegionPrefetcher prefetcher(rows[0], prefetch_offset, rows[3] - rows[0] + supers * kBytes,
                                     supers);
-  KHalfTile<kActs>(KQ45Rows<kType>{rows, prefetcher}, 2 * supers, cache, x, x_stride, rows_valid,
-                   y, y_stride);
+  KHalfTile<kActs>(KQ45Rows<kType>{rows, prefetcher}, 2 * supers, cache, x, x_stride, rows_valid, y,
+                   y_stride);
 }
 
 template <int kActs>
