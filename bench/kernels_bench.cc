@@ -129,7 +129,17 @@ double ThreadCpuSeconds() {
   return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
 }
 
-void BM_MatVec(benchmark::State& state, DType type, int64_t rows, int64_t cols, int threads) {
+// A view of the attention output or the down projection as the model binds it: split into the
+// column leaves that keep its sums the same bits under tensor parallelism (matmul.h, KLeaves).
+MatrixView LeafView(MatrixView v) {
+  v.k_leaves = KLeaves(v, v.cols);
+  return v;
+}
+
+// leaves: the matrix in its column leaves, as the model runs the attention output and down
+// projections (short rows per call).
+void BM_MatVec(benchmark::State& state, DType type, int64_t rows, int64_t cols, int threads,
+               bool leaves) {
   const Weights w(type, rows, cols, Weights::CopiesFor(type, rows, cols));
   const std::vector<float> x = RandomActivations(cols);
   std::vector<float> y(static_cast<size_t>(rows));
@@ -139,7 +149,8 @@ void BM_MatVec(benchmark::State& state, DType type, int64_t rows, int64_t cols, 
   int64_t i = 0;
   const double cpu0 = ThreadCpuSeconds();
   for (auto _ : state) {
-    MatMul(w.View(i++), x.data(), 1, y.data(), ws, pool);
+    const MatrixView v = w.View(i++);
+    MatMul(leaves ? LeafView(v) : v, x.data(), 1, y.data(), ws, pool);
     benchmark::DoNotOptimize(y.data());
   }
   const double cpu = ThreadCpuSeconds() - cpu0;
@@ -176,7 +187,8 @@ void BM_MatMul(benchmark::State& state, DType type, int64_t rows, int64_t cols, 
   if (threads == 1 && cpu > 0) state.counters["GOP/s_cpu"] = ops / cpu / 1e9;
 }
 
-// One TinyLlama-1.1B forward pass worth of matrix products for n tokens.
+// One TinyLlama-1.1B forward pass worth of matrix products for n tokens, the attention output and
+// down projections in their leaves as the model runs them.
 void BM_Model(benchmark::State& state, DType type, int64_t n, int threads) {
   constexpr int64_t kLayers = 22, kDim = 2048, kKv = 256, kFfn = 5632, kVocab = 32000;
   struct Layer {
@@ -203,11 +215,11 @@ void BM_Model(benchmark::State& state, DType type, int64_t n, int threads) {
       const MatrixView qkv[3] = {l.q->View(0), l.k->View(0), l.v->View(0)};
       float* const qkv_out[3] = {y1.data(), y2.data(), y3.data()};
       MatMulMulti(qkv, x.data(), n, qkv_out, ws, pool);
-      MatMul(l.o->View(0), x.data(), n, y3.data(), ws, pool);
+      MatMul(LeafView(l.o->View(0)), x.data(), n, y3.data(), ws, pool);
       const MatrixView gate_up[2] = {l.gate->View(0), l.up->View(0)};
       float* const gate_up_out[2] = {y1.data(), y2.data()};
       MatMulMulti(gate_up, x.data(), n, gate_up_out, ws, pool);
-      MatMul(l.down->View(0), x.data(), n, y3.data(), ws, pool);
+      MatMul(LeafView(l.down->View(0)), x.data(), n, y3.data(), ws, pool);
     }
     MatMul(head.View(0), x.data() + (n - 1) * kDim, 1, logits.data(), ws, pool);  // last token
     benchmark::DoNotOptimize(logits.data());
@@ -239,7 +251,13 @@ void RegisterAll() {
         const std::string shape = std::to_string(s.rows) + "x" + std::to_string(s.cols);
         benchmark::RegisterBenchmark(
             ("MatVec/" + t + "/" + shape + "/threads:" + std::to_string(threads)).c_str(),
-            BM_MatVec, type, s.rows, s.cols, threads)
+            BM_MatVec, type, s.rows, s.cols, threads, false)
+            ->Unit(benchmark::kMicrosecond)
+            ->UseRealTime();
+        if (s.rows != 2048) continue;  // the attention output and down projections, in leaves
+        benchmark::RegisterBenchmark(
+            ("MatVec/" + t + "/" + shape + "/leaves/threads:" + std::to_string(threads)).c_str(),
+            BM_MatVec, type, s.rows, s.cols, threads, true)
             ->Unit(benchmark::kMicrosecond)
             ->UseRealTime();
       }

@@ -109,4 +109,23 @@ void MatMulRowsQ6_K(const MatrixView& w, int64_t row_begin, int64_t row_end, con
 void MatMulRowsMlx(const MatrixView& w, int64_t row_begin, int64_t row_end, const std::byte* xa,
                    int64_t n, float* y, int64_t y_stride);
 
+// Decode (one activation row) of a product split into `leaves` column leaves (MatrixView::k_leaves,
+// each of whole blocks and groups): parts[l][r] for r in [row_begin, row_end) = row r's columns
+// [l * width, (l + 1) * width), width = w.cols / leaves, times the activation row (qact or kact,
+// of width values) at act + l * act_stride: the same bits as the products of the leaves' ColRange
+// views, with each quad of rows read once, its leaves in turn.  False (nothing done) where the
+// type or SIMD target has no such path: the caller then runs the leaves' views.
+bool MatVecLeavesQ8_0(const MatrixView& w, int64_t leaves, int64_t row_begin, int64_t row_end,
+                      const std::byte* act, int64_t act_stride, float* const* parts);
+bool MatVecLeavesQ4_0(const MatrixView& w, int64_t leaves, int64_t row_begin, int64_t row_end,
+                      const std::byte* act, int64_t act_stride, float* const* parts);
+bool MatVecLeavesQ4_K(const MatrixView& w, int64_t leaves, int64_t row_begin, int64_t row_end,
+                      const std::byte* act, int64_t act_stride, float* const* parts);
+bool MatVecLeavesQ5_K(const MatrixView& w, int64_t leaves, int64_t row_begin, int64_t row_end,
+                      const std::byte* act, int64_t act_stride, float* const* parts);
+bool MatVecLeavesQ6_K(const MatrixView& w, int64_t leaves, int64_t row_begin, int64_t row_end,
+                      const std::byte* act, int64_t act_stride, float* const* parts);
+bool MatVecLeavesMlx(const MatrixView& w, int64_t leaves, int64_t row_begin, int64_t row_end,
+                     const std::byte* act, int64_t act_stride, float* const* parts);
+
 }  // namespace loom::kernels::internal

@@ -362,6 +362,28 @@ void KQuantRows(const MatrixView& w, int64_t row_begin, int64_t row_end, const s
   }
 }
 
+// Decode of a product split into column leaves (internal::MatVecLeavesQ4_K, ...): each quad of
+// rows once, its leaves in turn, as the leaves' ColRange views' decode would run them (the same
+// bits).  AVX2 and AVX3 only; false elsewhere, or where the decode path does not take the leaves.
+template <DType kType>
+bool KQuantLeafRows(const MatrixView& w, int64_t leaves, int64_t row_begin, int64_t row_end,
+                    const std::byte* xa, int64_t xa_stride, float* const* parts) {
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
+  if (!KTileSupports<kType>(w.ColRange(0, w.cols / leaves))) return false;
+  if constexpr (kType == DType::kMlx4) {
+    return KMlxDecodeLeafRows(w, leaves, row_begin, row_end, xa, xa_stride, KPrefetchRows<kType>(w),
+                              parts);
+  } else {
+    KQDecodeLeafRows<kType>(w, leaves, row_begin, row_end, xa, xa_stride, KPrefetchRows<kType>(w),
+                            parts);
+    return true;
+  }
+#else
+  (void)w, (void)leaves, (void)row_begin, (void)row_end, (void)xa, (void)xa_stride, (void)parts;
+  return false;
+#endif
+}
+
 }  // namespace loom::kernels::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 

@@ -38,6 +38,7 @@
 #include "hwy/highway.h"
 #include "loom/kernels/block_formats.h"
 #include "loom/kernels/kernels_internal.h"
+#include "loom/kernels/matmul.h"
 #include "loom/kernels/matmul_kquant_tile-inl.h"
 #include "loom/kernels/matmul_kquant_tile_avx2-inl.h"
 #include "loom/kernels/stream_avx3-inl.h"
@@ -90,13 +91,6 @@ template <bool kInterleaved>
 HWY_INLINE int64_t KGroupAt(int64_t g) {
   if constexpr (!kInterleaved) return 4 * g;
   return 128 * (g >> 4) + 8 * (g & 7) + 4 * ((g >> 3) & 1);
-}
-
-// Prefetches the cache lines of [p, p + bytes) (integer arithmetic: they may lie past the matrix).
-HWY_INLINE void PrefetchRegion(const std::byte* p, int64_t bytes) {
-  const uintptr_t begin = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63};
-  const uintptr_t end = reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(bytes);
-  for (uintptr_t a = begin; a < end; a += 64) hwy::Prefetch(reinterpret_cast<const std::byte*>(a));
 }
 
 // Groups [g0, g0 + 16 / scale bytes) of the 4 rows at base[r] (kFull), or the `count` < that
@@ -195,9 +189,14 @@ HWY_INLINE void KFactorTableOf(DType type, const std::byte* const* base, int64_t
 struct KRunPrefetch {
   uintptr_t next = 0;
   int64_t per_step = 0;  // lines per step; 0: none
+  KRunPrefetch() = default;
   HWY_INLINE KRunPrefetch(const std::byte* base, int64_t offset, int64_t bytes, int64_t steps) {
-    if (offset == 0 || steps <= 0) return;
-    const uintptr_t begin = reinterpret_cast<uintptr_t>(base) + static_cast<uintptr_t>(offset);
+    if (offset != 0)
+      Start(reinterpret_cast<uintptr_t>(base) + static_cast<uintptr_t>(offset), bytes, steps);
+  }
+  HWY_INLINE KRunPrefetch(PrefetchRun run, int64_t steps) { Start(run.begin, run.bytes, steps); }
+  HWY_INLINE void Start(uintptr_t begin, int64_t bytes, int64_t steps) {
+    if (bytes <= 0 || steps <= 0) return;
     next = begin & ~uintptr_t{63};
     const int64_t lines =
         static_cast<int64_t>((begin + static_cast<uintptr_t>(bytes) - next + 63) / 64);
@@ -330,9 +329,12 @@ HWY_INLINE void KMlxDecodeSteps(const KMlxDecodeQuad& d, const KDecodeActs& x,
 }
 
 // One quad of rows at n = 1 (quad: KMlxPrepare'd, its row_ids set); table: 32 floats per step.
+//   run: the leaf's share of a leaf-split product's prefetch (LeafQuads), which then takes
+//   prefetch_rows 0; else empty.
 template <int kBits>
 HWY_INLINE void KMlxDecodeQuadRows(const KMlxQuad& quad, const KDecodeActs& x,
-                                   int64_t prefetch_rows, float* table, int rows_valid, float* y) {
+                                   int64_t prefetch_rows, float* table, int rows_valid, float* y,
+                                   PrefetchRun run = {}) {
   const MatrixView& w = *quad.w;
   const int64_t blocks = w.cols / 32;
   const int64_t steps = (blocks + 3) / 4;
@@ -360,8 +362,10 @@ HWY_INLINE void KMlxDecodeQuadRows(const KMlxQuad& quad, const KDecodeActs& x,
     KFactorTableOf<true>(w.scale_type, biases, groups, padded, table + 4 * 4 * steps);
   }
   const int64_t row_bytes = blocks * 4 * quad.bits;
-  const KRunPrefetch prefetcher(d.data[0], prefetch_rows * w.row_stride,
-                                d.data[3] - d.data[0] + row_bytes, steps);
+  const KRunPrefetch prefetcher = run.bytes > 0
+                                      ? KRunPrefetch(run, steps)
+                                      : KRunPrefetch(d.data[0], prefetch_rows * w.row_stride,
+                                                     d.data[3] - d.data[0] + row_bytes, steps);
   // The last chunk is copied when it is partial, or when the 16-byte loads of other widths than 4
   // and 8 bits would pass its end.
   alignas(32) std::byte tail[4 * 128];
@@ -518,9 +522,10 @@ struct KQDecodeHalf<DType::kQ6_K> {
 };
 
 // One quad of K-quant rows at n = 1 (the tiles' KQ45QuadTile / KQ6QuadTile with one activation
-// row): xa the kact row; table: 128 floats (the factors of 4 steps: two super-blocks).
+// row): xa the kact row; table: 128 floats (the factors of 4 steps: two super-blocks); prefetch:
+// a part of its run per super-block.
 template <DType kType>
-HWY_INLINE void KQDecodeQuad(const std::byte* const* rows, int rows_valid, int64_t prefetch_offset,
+HWY_INLINE void KQDecodeQuad(const std::byte* const* rows, int rows_valid, KRunPrefetch prefetch,
                              int64_t supers, const std::byte* xa, const std::byte* tiles,
                              float* table, float* y) {
   using Rows = std::conditional_t<kType == DType::kQ6_K, KQ6Rows, KQ45Rows<kType>>;
@@ -541,12 +546,6 @@ HWY_INLINE void KQDecodeQuad(const std::byte* const* rows, int rows_valid, int64
       _mm256_store_ps(t + 24, f[i].c[1]);
     }
   };
-  // The quad ahead, a run of lines per super-block: as many as its 4 rows' super-blocks take,
-  // and one more for a start within a line (unrolled, no end test: prefetches never fault).
-  constexpr int64_t kLines = (4 * Rows::kBytes + 63) / 64 + 1;
-  uintptr_t ahead =
-      (reinterpret_cast<uintptr_t>(rows[0]) + static_cast<uintptr_t>(prefetch_offset)) &
-      ~uintptr_t{63};
   __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
   const auto step_of = [&](int64_t super, auto n_constant) __attribute__((always_inline)) {
     constexpr int n = decltype(n_constant)::value;
@@ -572,12 +571,7 @@ HWY_INLINE void KQDecodeQuad(const std::byte* const* rows, int rows_valid, int64
   };
   factors(0);
   for (int64_t super = 0; super < supers; ++super) {
-    if (prefetch_offset != 0) {
-      for (int64_t k = 0; k < kLines; ++k) {
-        hwy::Prefetch(reinterpret_cast<const std::byte*>(ahead + static_cast<uintptr_t>(64 * k)));
-      }
-      ahead += 64 * kLines;
-    }
+    prefetch.Next();
     if (super + 1 < supers) factors(super + 1);
     step_of(super, std::integral_constant<int, 0>{});
     step_of(super, std::integral_constant<int, 1>{});
@@ -597,9 +591,88 @@ HWY_NOINLINE bool KQDecodeRows(const MatrixView& w, int64_t row_begin, int64_t r
     const int rows_valid = static_cast<int>(std::min<int64_t>(4, row_end - r));
     const std::byte* rows[4];
     for (int k = 0; k < 4; ++k) rows[k] = w.data + (r + std::min(k, rows_valid - 1)) * w.row_stride;
-    KQDecodeQuad<kType>(rows, rows_valid, prefetch_rows * w.row_stride, supers, xa, tiles, table,
-                        y + r);
+    // The quad ahead, a run of lines per super-block: as many as its 4 rows' super-blocks take,
+    // and one more for a start within a line (no end test: prefetches never fault).
+    KRunPrefetch prefetch;
+    prefetch.next = (reinterpret_cast<uintptr_t>(rows[0]) +
+                     static_cast<uintptr_t>(prefetch_rows * w.row_stride)) &
+                    ~uintptr_t{63};
+    prefetch.per_step = (4 * Traits(kType).block_bytes + 63) / 64 + 1;
+    KQDecodeQuad<kType>(rows, rows_valid, prefetch, supers, xa, tiles, table, y + r);
   }
+  return true;
+}
+
+// ---- Products split into column leaves (LeafQuads): each quad of rows once, its leaves in turn,
+// each as its ColRange view's decode would run it (the same bits); xa: the leaves' kact rows, one
+// every xa_stride bytes.
+
+template <DType kType>
+HWY_NOINLINE void KQDecodeLeafRows(const MatrixView& w, int64_t leaves, int64_t row_begin,
+                                   int64_t row_end, const std::byte* xa, int64_t xa_stride,
+                                   int64_t prefetch_rows, float* const* parts) {
+  const int64_t width = w.cols / leaves;
+  const int64_t supers = width / internal::kQK;  // per leaf
+  const int64_t leaf_bytes = supers * Traits(kType).block_bytes;
+  const int64_t tile_offset = internal::KActTileOffset(width);
+  alignas(64) float table[128];
+  LeafQuads(
+      w, leaves, leaves * leaf_bytes, row_begin, row_end, prefetch_rows,
+      [&](int64_t r, int rows_valid, int64_t l, PrefetchRun run) __attribute__((always_inline)) {
+        const std::byte* rows[4];
+        for (int k = 0; k < 4; ++k) {
+          rows[k] = w.data + (r + std::min(k, rows_valid - 1)) * w.row_stride + l * leaf_bytes;
+        }
+        const std::byte* x = xa + l * xa_stride;
+        KQDecodeQuad<kType>(rows, rows_valid, KRunPrefetch(run, supers), supers, x, x + tile_offset,
+                            table, parts[l] + r);
+      });
+}
+
+// False (nothing done) when the leaves' rows together are longer than kKDecodeMaxSteps steps.
+inline HWY_NOINLINE bool KMlxDecodeLeafRows(const MatrixView& w, int64_t leaves, int64_t row_begin,
+                                            int64_t row_end, const std::byte* xa, int64_t xa_stride,
+                                            int64_t prefetch_rows, float* const* parts) {
+  const int64_t width = w.cols / leaves;
+  const int64_t steps = (width + internal::kKTileGroupValues - 1) / internal::kKTileGroupValues;
+  if (leaves > kMaxKLeaves || leaves * steps > kKDecodeMaxSteps) return false;
+  MatrixView views[kMaxKLeaves];
+  KMlxQuad quads[kMaxKLeaves];
+  KDecodeActs acts[kMaxKLeaves];
+  alignas(64) std::byte nibbles[128 * kKDecodeMaxSteps];
+  for (int64_t l = 0; l < leaves; ++l) {
+    views[l] = w.ColRange(l * width, width);
+    quads[l].w = &views[l];
+    KMlxPrepare(views[l], &quads[l]);
+    acts[l].tiles = xa + l * xa_stride + internal::KActTileOffset(width);
+    if (quads[l].bits == 4) {
+      KNibbleOrderActs(acts[l].tiles, steps, nibbles + 128 * steps * l);
+      acts[l].nibbles = nibbles + 128 * steps * l;
+    }
+  }
+  const int64_t bits = quads[0].bits;
+  const int64_t leaf_bytes = width / 32 * 4 * bits;
+  alignas(64) float table[32 * kKDecodeMaxSteps];
+  LeafQuads(
+      w, leaves, leaves * leaf_bytes, row_begin, row_end, prefetch_rows,
+      [&](int64_t r, int rows_valid, int64_t l, PrefetchRun run) __attribute__((always_inline)) {
+        if (l == 0) {  // the scales and biases of the quad ahead, whole
+          const int64_t at = (r + prefetch_rows) * w.scale_row_stride;
+          PrefetchRegion(reinterpret_cast<uintptr_t>(w.scales) + static_cast<uintptr_t>(at),
+                         4 * w.scale_row_stride);
+          PrefetchRegion(reinterpret_cast<uintptr_t>(w.biases) + static_cast<uintptr_t>(at),
+                         4 * w.scale_row_stride);
+        }
+        KMlxQuad& quad = quads[l];
+        for (int k = 0; k < 4; ++k) quad.row_ids[k] = r + std::min(k, rows_valid - 1);
+        if (bits == 4) {
+          KMlxDecodeQuadRows<4>(quad, acts[l], 0, table, rows_valid, parts[l] + r, run);
+        } else if (bits == 8) {
+          KMlxDecodeQuadRows<8>(quad, acts[l], 0, table, rows_valid, parts[l] + r, run);
+        } else {
+          KMlxDecodeQuadRows<0>(quad, acts[l], 0, table, rows_valid, parts[l] + r, run);
+        }
+      });
   return true;
 }
 

@@ -16,16 +16,28 @@ void MatMulRowsMlx(const MatrixView& w, int64_t row_begin, int64_t row_end, cons
   KQuantRows<DType::kMlx4>(w, row_begin, row_end, xa, n, y, y_stride);
 }
 
+bool MatVecLeavesMlx(const MatrixView& w, int64_t leaves, int64_t row_begin, int64_t row_end,
+                     const std::byte* xa, int64_t xa_stride, float* const* parts) {
+  return KQuantLeafRows<DType::kMlx4>(w, leaves, row_begin, row_end, xa, xa_stride, parts);
+}
+
 }  // namespace loom::kernels::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 namespace loom::kernels {
 HWY_EXPORT(MatMulRowsMlx);
+HWY_EXPORT(MatVecLeavesMlx);
 
 void internal::MatMulRowsMlx(const MatrixView& w, int64_t row_begin, int64_t row_end,
                              const std::byte* xa, int64_t n, float* y, int64_t y_stride) {
   HWY_DYNAMIC_DISPATCH(MatMulRowsMlx)(w, row_begin, row_end, xa, n, y, y_stride);
+}
+
+bool internal::MatVecLeavesMlx(const MatrixView& w, int64_t leaves, int64_t row_begin,
+                               int64_t row_end, const std::byte* xa, int64_t xa_stride,
+                               float* const* parts) {
+  return HWY_DYNAMIC_DISPATCH(MatVecLeavesMlx)(w, leaves, row_begin, row_end, xa, xa_stride, parts);
 }
 
 }  // namespace loom::kernels

@@ -16,16 +16,29 @@ void MatMulRowsQ5_K(const MatrixView& w, int64_t row_begin, int64_t row_end, con
   KQuantRows<DType::kQ5_K>(w, row_begin, row_end, xa, n, y, y_stride);
 }
 
+bool MatVecLeavesQ5_K(const MatrixView& w, int64_t leaves, int64_t row_begin, int64_t row_end,
+                      const std::byte* xa, int64_t xa_stride, float* const* parts) {
+  return KQuantLeafRows<DType::kQ5_K>(w, leaves, row_begin, row_end, xa, xa_stride, parts);
+}
+
 }  // namespace loom::kernels::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 namespace loom::kernels {
 HWY_EXPORT(MatMulRowsQ5_K);
+HWY_EXPORT(MatVecLeavesQ5_K);
 
 void internal::MatMulRowsQ5_K(const MatrixView& w, int64_t row_begin, int64_t row_end,
                               const std::byte* xa, int64_t n, float* y, int64_t y_stride) {
   HWY_DYNAMIC_DISPATCH(MatMulRowsQ5_K)(w, row_begin, row_end, xa, n, y, y_stride);
+}
+
+bool internal::MatVecLeavesQ5_K(const MatrixView& w, int64_t leaves, int64_t row_begin,
+                                int64_t row_end, const std::byte* xa, int64_t xa_stride,
+                                float* const* parts) {
+  return HWY_DYNAMIC_DISPATCH(MatVecLeavesQ5_K)(w, leaves, row_begin, row_end, xa, xa_stride,
+                                                parts);
 }
 
 }  // namespace loom::kernels

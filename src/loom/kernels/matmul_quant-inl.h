@@ -305,7 +305,40 @@ LOOM_KERNELS_QUAD_ATTR void QuantRows(const MatrixView& w, int64_t row_begin, in
   }
 }
 
-#else  // portable Highway path
+#endif  // x86 quad tiles
+
+// Decode of a product split into column leaves (internal::MatVecLeavesQ4_0): each quad of rows
+// once, its leaves in turn, with the quad tiles a leaf's ColRange view would run (the same bits).
+// AVX2 and AVX3 only; false elsewhere (AVX3_DL: not yet measured on an AVX-512 machine).
+template <DType kType>
+bool QuantLeafRows(const MatrixView& w, int64_t leaves, int64_t row_begin, int64_t row_end,
+                   const std::byte* xq, int64_t xq_stride, float* const* parts) {
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
+  const int64_t blocks = w.cols / leaves / 32;  // per leaf
+  const int64_t leaf_bytes = blocks * QuantBlockBytes(kType);
+  const int64_t row_bytes = leaves * leaf_bytes;
+  const int64_t prefetch_rows = (kPrefetchBytes + 4 * row_bytes - 1) / (4 * row_bytes) * 4;
+  LeafQuads(
+      w, leaves, row_bytes, row_begin, row_end, prefetch_rows,
+      [&](int64_t r, int rows_valid, int64_t l, PrefetchRun run) __attribute__((always_inline)) {
+        const std::byte* rows[4];
+        for (int k = 0; k < 4; ++k) {
+          rows[k] = w.data + (r + std::min(k, rows_valid - 1)) * w.row_stride + l * leaf_bytes;
+        }
+        const int64_t offset =
+            static_cast<int64_t>(run.begin - reinterpret_cast<uintptr_t>(rows[0]));
+        QuadTile<kType, 1>(rows, rows_valid, run.bytes > 0 ? offset : 0, blocks, xq + l * xq_stride,
+                           0, parts[l] + r, 0, run.bytes);
+      });
+  return true;
+#else
+  (void)w, (void)leaves, (void)row_begin, (void)row_end, (void)xq, (void)xq_stride, (void)parts;
+  return false;
+#endif
+}
+
+#if !(HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3)
+// portable Highway path
 
 // dot(weight row, activation row) block by block: exact integer sums per lane, scaled by
 // d_w * d_x in f32 lanes; one horizontal sum per row.
@@ -366,7 +399,7 @@ void QuantRows(const MatrixView& w, int64_t row_begin, int64_t row_end, const st
   }
 }
 
-#endif  // x86 quad tiles
+#endif  // portable Highway path
 
 }  // namespace loom::kernels::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();

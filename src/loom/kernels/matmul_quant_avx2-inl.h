@@ -128,11 +128,12 @@ HWY_INLINE void HalfStep(__m256 (&acc)[kActs][2], int h, const std::byte* const*
 
 // y[a * y_stride + r] = dot(row r, activation row a) for r < rows_valid (<= 4), a < kActs; rows
 // past rows_valid repeat a valid row and are not stored.  With prefetch_offset != 0, also
-// prefetches the quad that far ahead, as one run (RegionPrefetcher).
+// prefetches the quad that far ahead, as one run (RegionPrefetcher), or, with prefetch_bytes > 0,
+// the prefetch_bytes at rows[0] + prefetch_offset (a leaf's share: LeafQuads).
 template <DType kType, int kActs>
 HWY_INLINE void QuadTile(const std::byte* const* rows, int rows_valid, int64_t prefetch_offset,
                          int64_t blocks, const std::byte* xq, int64_t xq_stride, float* y,
-                         int64_t y_stride) {
+                         int64_t y_stride, int64_t prefetch_bytes = 0) {
   constexpr int64_t kGroupBytes = 4 * internal::QuantBlockBytes(kType);
   __m256 acc[kActs][2];
   for (int a = 0; a < kActs; ++a) acc[a][0] = acc[a][1] = _mm256_setzero_ps();
@@ -142,7 +143,9 @@ HWY_INLINE void QuadTile(const std::byte* const* rows, int rows_valid, int64_t p
   };
   // Both halves per group (decode: the rows stream in order), or all groups per half.
   constexpr int kHalfPasses = kActs == 1 ? 1 : 2;
-  const int64_t quad_bytes = rows[3] - rows[0] + blocks * internal::QuantBlockBytes(kType);
+  const int64_t quad_bytes = prefetch_bytes > 0
+                                 ? prefetch_bytes
+                                 : rows[3] - rows[0] + blocks * internal::QuantBlockBytes(kType);
   RegionPrefetcher prefetcher(rows[0], prefetch_offset, quad_bytes, full);
   for (int pass = 0; pass < kHalfPasses; ++pass) {
     for (int64_t g = 0; g < full; ++g) {

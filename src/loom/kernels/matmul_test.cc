@@ -204,56 +204,71 @@ TEST_P(MatMulTest, GroupedEqualsSeparateProducts) {
 }
 
 // A product with k_leaves = L sums L column slices computed on their own in SumTree's order, so
-// the sum of a tensor-parallel slice holding a subtree of leaves enters the total exactly.
+// the sum of a tensor-parallel slice holding a subtree of leaves enters the total exactly.  Decode
+// (n = 1) takes each quad of rows once, its leaves in turn (LeafQuads), with contiguous rows and
+// with the strided rows of tensor-parallel slices; shapes: leaves of one and of several K-quant
+// super-blocks, an odd count of them (2 leaves of 11), ragged quads.
 TEST_P(MatMulTest, LeavesAreColumnSlicesAddedInATree) {
   const DType type = GetParam();
-  const int64_t rows = 13, cols = 1024, width = 256;
-  const TestMatrix m(type, rows, cols, 21);
-  ASSERT_EQ(KLeaves(m.view, cols), 4);
-  MatrixView leaves = m.view;
-  leaves.k_leaves = 4;
-  ForEachSimdTarget([&] {
-    for (int64_t n : {1, 5, 9}) {
-      const std::vector<float> x = RandomVector(n * cols, 22);
-      // x's columns of one slice, as a dense (n, count) array.
-      auto columns = [&](int64_t begin, int64_t count) {
-        std::vector<float> out(static_cast<size_t>(n * count));
-        for (int64_t i = 0; i < n; ++i) {
-          std::copy_n(x.data() + i * cols + begin, count, out.data() + i * count);
-        }
-        return out;
-      };
-      for (int threads : {1, 2, 3}) {
-        SCOPED_TRACE(std::to_string(n) + " rows, " + std::to_string(threads) + " threads");
-        Workspace ws;
-        std::vector<float> y(static_cast<size_t>(n * rows), NAN);
-        MatMul(leaves, x.data(), n, y.data(), ws, Pool(threads));
-        ExpectMatchesReference(m.view, x.data(), n, y.data());
-        // Leaf by leaf, added in the tree.
-        std::vector<std::vector<float>> parts;
-        for (int64_t l = 0; l < 4; ++l) {
-          parts.emplace_back(static_cast<size_t>(n * rows));
-          MatMul(m.view.ColRange(l * width, width), columns(l * width, width).data(), n,
-                 parts.back().data(), ws, Pool(1));
-        }
-        float* ptrs[4] = {parts[0].data(), parts[1].data(), parts[2].data(), parts[3].data()};
-        SumTree(ptrs, 4, n * rows);
-        EXPECT_EQ(y, parts[0]);
-        // Two halves as two tensor-parallel ranks would hold them, then their sum.
-        std::vector<float> halves[2];
-        for (int h = 0; h < 2; ++h) {
-          MatrixView half = m.view.ColRange(h * 2 * width, 2 * width);
-          half.k_leaves = SliceKLeaves(half, cols, h * 2 * width);
-          ASSERT_EQ(half.k_leaves, 2);
-          halves[h].resize(static_cast<size_t>(n * rows));
-          MatMul(half, columns(h * 2 * width, 2 * width).data(), n, halves[h].data(), ws,
-                 Pool(threads));
-        }
-        Add(halves[1].data(), n * rows, halves[0].data());
-        EXPECT_EQ(y, halves[0]);
-      }
+  struct Shape {
+    int64_t rows, cols;
+  };
+  for (const Shape s : {Shape{13, 1024}, Shape{37, 2048}, Shape{6, 5632}}) {
+    const int64_t rows = s.rows, cols = s.cols;
+    const TestMatrix m(type, rows, cols, static_cast<uint32_t>(21 + cols));
+    const int64_t n_leaves = KLeaves(m.view, cols);
+    if (cols != 5632) {
+      ASSERT_EQ(n_leaves, 4) << cols;
     }
-  });
+    if (n_leaves < 2) continue;
+    const int64_t width = cols / n_leaves;
+    MatrixView leaves = m.view;
+    leaves.k_leaves = n_leaves;
+    ForEachSimdTarget([&] {
+      for (int64_t n : {1, 5, 9}) {
+        const std::vector<float> x = RandomVector(n * cols, static_cast<uint32_t>(22 + n));
+        // x's columns of one slice, as a dense (n, count) array.
+        auto columns = [&](int64_t begin, int64_t count) {
+          std::vector<float> out(static_cast<size_t>(n * count));
+          for (int64_t i = 0; i < n; ++i) {
+            std::copy_n(x.data() + i * cols + begin, count, out.data() + i * count);
+          }
+          return out;
+        };
+        for (int threads : {1, 2, 3}) {
+          SCOPED_TRACE(std::to_string(rows) + "x" + std::to_string(cols) + ", " +
+                       std::to_string(n) + " rows, " + std::to_string(threads) + " threads");
+          Workspace ws;
+          std::vector<float> y(static_cast<size_t>(n * rows), NAN);
+          MatMul(leaves, x.data(), n, y.data(), ws, Pool(threads));
+          ExpectMatchesReference(m.view, x.data(), n, y.data());
+          // Leaf by leaf, added in the tree.
+          std::vector<std::vector<float>> parts;
+          float* ptrs[kMaxKLeaves];
+          for (int64_t l = 0; l < n_leaves; ++l) {
+            parts.emplace_back(static_cast<size_t>(n * rows));
+            MatMul(m.view.ColRange(l * width, width), columns(l * width, width).data(), n,
+                   parts.back().data(), ws, Pool(1));
+            ptrs[l] = parts.back().data();
+          }
+          SumTree(ptrs, n_leaves, n * rows);
+          EXPECT_EQ(y, parts[0]);
+          // Two halves as two tensor-parallel ranks would hold them, then their sum.
+          std::vector<float> halves[2];
+          for (int h = 0; h < 2; ++h) {
+            MatrixView half = m.view.ColRange(h * cols / 2, cols / 2);
+            half.k_leaves = SliceKLeaves(half, cols, h * cols / 2);
+            ASSERT_EQ(half.k_leaves, n_leaves / 2);
+            halves[h].resize(static_cast<size_t>(n * rows));
+            MatMul(half, columns(h * cols / 2, cols / 2).data(), n, halves[h].data(), ws,
+                   Pool(threads));
+          }
+          Add(halves[1].data(), n * rows, halves[0].data());
+          EXPECT_EQ(y, halves[0]);
+        }
+      }
+    });
+  }
 }
 
 TEST_P(MatMulTest, BatchRowsEqualSingleRowsBitForBit) {

@@ -11,12 +11,14 @@
 #define LOOM_KERNELS_STREAM_AVX3_INL_H_
 #endif
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
 #include "loom/kernels/kernels_internal.h"
+#include "loom/kernels/matrix.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace loom::kernels::HWY_NAMESPACE {
@@ -83,6 +85,61 @@ class RegionPrefetcher {
   uintptr_t next_ = 0, end_ = 0;
   int64_t per_step_ = 0;
 };
+
+// Prefetches the cache lines of [begin, begin + bytes), an address range that may lie past the
+// matrix (integer arithmetic; prefetches never fault).
+HWY_INLINE void PrefetchRegion(uintptr_t begin, int64_t bytes) {
+  const uintptr_t end = begin + static_cast<uintptr_t>(bytes);
+  for (uintptr_t a = begin & ~uintptr_t{63}; a < end; a += 64) {
+    hwy::Prefetch(reinterpret_cast<const std::byte*>(a));
+  }
+}
+HWY_INLINE void PrefetchRegion(const std::byte* p, int64_t bytes) {
+  PrefetchRegion(reinterpret_cast<uintptr_t>(p), bytes);
+}
+
+// The bytes a leaf's product prefetches over its steps (LeafQuads): [begin, begin + bytes).
+struct PrefetchRun {
+  uintptr_t begin = 0;
+  int64_t bytes = 0;  // 0: none
+};
+
+// Decode (n = 1) of a product split into column leaves (MatrixView::k_leaves): each quad of rows
+// [row_begin, row_end) in turn, and each of its leaves, quad_leaf(r, rows_valid, leaf, run), so
+// that the rows stream from memory in order and once, as without leaves.  The quad prefetch_rows
+// ahead is prefetched in shares, one per leaf: where rows are contiguous, run is the leaf's share
+// of that quad's bytes, in order, for the leaf's product to spread over its steps (a burst of a
+// share before each leaf, 145 lines for 2 leaves of Q6_K rows of 5632 values, stalled the
+// product); elsewhere (tensor-parallel slices) each row's leaf, before the leaf, and run is empty.
+// Leaf-major passes over blocks of rows, which read each row in pieces at different times, ran
+// the products of the attention output and down projections at 0.5-0.7 of their speed without
+// leaves on Zen 3 (docs/benchmarks.md).
+//   row_bytes: the bytes of a row's cols (all leaves).
+template <class QuadLeaf>
+HWY_INLINE void LeafQuads(const MatrixView& w, int64_t leaves, int64_t row_bytes,
+                          int64_t row_begin, int64_t row_end, int64_t prefetch_rows,
+                          const QuadLeaf& quad_leaf) {
+  const bool contiguous = w.row_stride == row_bytes;
+  const int64_t leaf_bytes = row_bytes / leaves;
+  const int64_t share = 4 * row_bytes / leaves;  // contiguous rows: each leaf's share
+  for (int64_t r = row_begin; r < row_end; r += 4) {
+    const int rows_valid = static_cast<int>(std::min<int64_t>(4, row_end - r));
+    const uintptr_t ahead = reinterpret_cast<uintptr_t>(w.data) +
+                            static_cast<uintptr_t>((r + prefetch_rows) * w.row_stride);
+    for (int64_t l = 0; l < leaves; ++l) {
+      PrefetchRun run;
+      if (contiguous) {
+        run = {ahead + static_cast<uintptr_t>(l * share), share};
+      } else {
+        for (int64_t k = 0; k < 4; ++k) {
+          PrefetchRegion(ahead + static_cast<uintptr_t>(k * w.row_stride + l * leaf_bytes),
+                         leaf_bytes);
+        }
+      }
+      quad_leaf(r, rows_valid, l, run);
+    }
+  }
+}
 
 #endif
 
