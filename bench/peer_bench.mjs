@@ -37,6 +37,7 @@ const kUsage = `usage: node bench/peer_bench.mjs [options]
   -p N, -n N         prompt tokens, generated tokens (default 128, 64)
   --threads N        threads on both sides (default 2)
   --shape S          loom synth shape (default tinyllama-1.1b; see loom synth --list)
+  --arch A           loom synth architecture (default llama; shape qwen3-30b-a3b needs qwen3moe)
   --layers N         layers (default: the shape's)
   --peer P           llama.cpp as llama-bench | node | both (default: llama-bench when
                      LLAMA_BENCH is set, else node)
@@ -72,6 +73,7 @@ function parseArgs(argv) {
     else if (a === "-n") o.n = num(a, v());
     else if (a === "--threads") o.threads = num(a, v());
     else if (a === "--shape") o.shape = v();
+    else if (a === "--arch") o.arch = v();
     else if (a === "--layers") o.layers = num(a, v());
     else if (a === "--peer") o.peer = v();
     else if (a === "--flash-attn") {
@@ -123,8 +125,11 @@ if (maxDepth + opt.p + opt.n + 16 > 2048) {
   context = 2048;
   while (context < maxDepth + opt.p + opt.n + 16) context *= 2;
 }
-const base = `${opt.shape}${opt.layers ? `-L${opt.layers}` : ""}${context ? `-c${context}` : ""}`;
+// An architecture other than llama names the file, unless the shape has no other (qwen3-30b-a3b).
+const archName = opt.arch && opt.arch !== "llama" && opt.shape !== "qwen3-30b-a3b" ? `-${opt.arch}` : "";
+const base = `${opt.shape}${archName}${opt.layers ? `-L${opt.layers}` : ""}${context ? `-c${context}` : ""}`;
 const synthArgs = (type) => ["--shape", opt.shape, "--type", type,
+  ...(opt.arch ? ["--arch", opt.arch] : []),
   ...(context ? ["--context", String(context)] : []),
   ...(opt.layers ? ["--layers", String(opt.layers)] : [])];
 
@@ -144,7 +149,7 @@ async function loomDepthRound(file, depth) {
 }
 
 const report = { threads: opt.threads, prompt_tokens: opt.p, gen_tokens: opt.n,
-  rounds: opt.rounds, shape: opt.shape, layers: opt.layers, context, peer: opt.peer,
+  rounds: opt.rounds, shape: opt.shape, arch: opt.arch ?? "llama", layers: opt.layers, context, peer: opt.peer,
   flash_attn: opt.flashAttn, host: { cpus: os.cpus().length, cpu: os.cpus()[0]?.model },
   load_start: load(), llama_cpp: {}, rows: [], mlx: [] };
 
