@@ -198,19 +198,18 @@ void MatMulMulti(std::span<const MatrixView> w, const float* x, int64_t n,
         // measured 5% slower).
         const int64_t rows = w[i].rows;
         float* parts[kMaxKLeaves];
-        MatrixView views[kMaxKLeaves];
         for (int64_t l = 0; l < leaves; ++l) {
           parts[l] = l == 0 ? y[i] : partials + ((l - 1) * total_rows + base) * n;
-          views[l] = w[i].ColRange(l * width, width);
         }
-        const bool done =
-            n == 1 && RunLeafRows(w[i], leaves, lo, hi, static_cast<const std::byte*>(act),
-                                  leaf_act_bytes, parts);
-        for (int64_t b = done ? hi : lo; b < hi; b += kLeafRowBlock) {
-          const int64_t e = std::min(hi, b + kLeafRowBlock);
-          for (int64_t l = 0; l < leaves; ++l) {
-            RunRows(views[l], b, e, static_cast<const std::byte*>(act) + l * leaf_act_bytes, n,
-                    parts[l]);
+        const auto* leaf_act = static_cast<const std::byte*>(act);
+        if (n != 1 || !RunLeafRows(w[i], leaves, lo, hi, leaf_act, leaf_act_bytes, parts)) {
+          MatrixView views[kMaxKLeaves];
+          for (int64_t l = 0; l < leaves; ++l) views[l] = w[i].ColRange(l * width, width);
+          for (int64_t b = lo; b < hi; b += kLeafRowBlock) {
+            const int64_t e = std::min(hi, b + kLeafRowBlock);
+            for (int64_t l = 0; l < leaves; ++l) {
+              RunRows(views[l], b, e, leaf_act + l * leaf_act_bytes, n, parts[l]);
+            }
           }
         }
         float* row_parts[kMaxKLeaves];

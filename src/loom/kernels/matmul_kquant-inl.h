@@ -226,15 +226,13 @@ HWY_INLINE LOOM_KERNELS_QUAD_ATTR void KQuadTile(const KMlxQuad& quad, const std
   }
 }
 
-// How many rows ahead of a quad its tiles prefetch: whole quads, so that the prefetched bytes are
-// those the same tile position of a later quad will read (see QuantRows).
+// How many rows ahead of a quad its tiles prefetch (QuadPrefetchRows).
 template <DType kType>
 HWY_INLINE int64_t KPrefetchRows(const MatrixView& w) {
   // The weight type's bytes per 32 values, in eighths (K-quant super-blocks hold 8 x 32).
   const int64_t block_bytes8 =
       kType == DType::kMlx4 ? Traits(w.type).block_bytes * 8 : Traits(kType).block_bytes;
-  const int64_t row_bytes = std::max<int64_t>(1, w.cols / 32 * block_bytes8 / 8);
-  return (kPrefetchBytes + 4 * row_bytes - 1) / (4 * row_bytes) * 4;
+  return QuadPrefetchRows(w.cols / 32 * block_bytes8 / 8);
 }
 
 // The products of rows [row_begin, row_end) with n kact rows: 4 weight rows at a time, in tiles of

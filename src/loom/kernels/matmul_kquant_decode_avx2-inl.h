@@ -388,6 +388,19 @@ HWY_INLINE void KMlxDecodeQuadRows(const KMlxQuad& quad, const KDecodeActs& x,
   }
 }
 
+// KMlxDecodeQuadRows for the quad's width: 4 and 8 bits have their own steps, others the general.
+HWY_INLINE void KMlxDecodeQuadAnyBits(const KMlxQuad& quad, const KDecodeActs& x,
+                                      int64_t prefetch_rows, float* table, int rows_valid, float* y,
+                                      PrefetchRun run = {}) {
+  if (quad.bits == 4) {
+    KMlxDecodeQuadRows<4>(quad, x, prefetch_rows, table, rows_valid, y, run);
+  } else if (quad.bits == 8) {
+    KMlxDecodeQuadRows<8>(quad, x, prefetch_rows, table, rows_valid, y, run);
+  } else {
+    KMlxDecodeQuadRows<0>(quad, x, prefetch_rows, table, rows_valid, y, run);
+  }
+}
+
 // The products of rows [row_begin, row_end) with one kact row xa, MLX weights of any width; false
 // (nothing done) for rows longer than kKDecodeMaxSteps steps.  Not inlined: KTileRows's batched
 // loops keep their own register allocation and stack frame.
@@ -409,13 +422,7 @@ inline HWY_NOINLINE bool KMlxDecodeRows(const MatrixView& w, int64_t row_begin, 
   for (int64_t r = row_begin; r < row_end; r += 4) {
     const int rows_valid = static_cast<int>(std::min<int64_t>(4, row_end - r));
     for (int k = 0; k < 4; ++k) quad.row_ids[k] = r + std::min(k, rows_valid - 1);
-    if (quad.bits == 4) {
-      KMlxDecodeQuadRows<4>(quad, x, prefetch_rows, table, rows_valid, y + r);
-    } else if (quad.bits == 8) {
-      KMlxDecodeQuadRows<8>(quad, x, prefetch_rows, table, rows_valid, y + r);
-    } else {
-      KMlxDecodeQuadRows<0>(quad, x, prefetch_rows, table, rows_valid, y + r);
-    }
+    KMlxDecodeQuadAnyBits(quad, x, prefetch_rows, table, rows_valid, y + r);
   }
   return true;
 }
@@ -618,15 +625,12 @@ HWY_NOINLINE void KQDecodeLeafRows(const MatrixView& w, int64_t leaves, int64_t 
   alignas(64) float table[128];
   LeafQuads(
       w, leaves, leaves * leaf_bytes, row_begin, row_end, prefetch_rows,
-      [&](int64_t r, int rows_valid, int64_t l, PrefetchRun run) __attribute__((always_inline)) {
-        const std::byte* rows[4];
-        for (int k = 0; k < 4; ++k) {
-          rows[k] = w.data + (r + std::min(k, rows_valid - 1)) * w.row_stride + l * leaf_bytes;
-        }
-        const std::byte* x = xa + l * xa_stride;
-        KQDecodeQuad<kType>(rows, rows_valid, KRunPrefetch(run, supers), supers, x, x + tile_offset,
-                            table, parts[l] + r);
-      });
+      [&](int64_t r, int rows_valid, int64_t l, const std::byte* const* rows, PrefetchRun run)
+          __attribute__((always_inline)) {
+            const std::byte* x = xa + l * xa_stride;
+            KQDecodeQuad<kType>(rows, rows_valid, KRunPrefetch(run, supers), supers, x,
+                                x + tile_offset, table, parts[l] + r);
+          });
 }
 
 // False (nothing done) when the leaves' rows together are longer than kKDecodeMaxSteps steps.
@@ -655,24 +659,19 @@ inline HWY_NOINLINE bool KMlxDecodeLeafRows(const MatrixView& w, int64_t leaves,
   alignas(64) float table[32 * kKDecodeMaxSteps];
   LeafQuads(
       w, leaves, leaves * leaf_bytes, row_begin, row_end, prefetch_rows,
-      [&](int64_t r, int rows_valid, int64_t l, PrefetchRun run) __attribute__((always_inline)) {
-        if (l == 0) {  // the scales and biases of the quad ahead, whole
-          const int64_t at = (r + prefetch_rows) * w.scale_row_stride;
-          PrefetchRegion(reinterpret_cast<uintptr_t>(w.scales) + static_cast<uintptr_t>(at),
-                         4 * w.scale_row_stride);
-          PrefetchRegion(reinterpret_cast<uintptr_t>(w.biases) + static_cast<uintptr_t>(at),
-                         4 * w.scale_row_stride);
-        }
-        KMlxQuad& quad = quads[l];
-        for (int k = 0; k < 4; ++k) quad.row_ids[k] = r + std::min(k, rows_valid - 1);
-        if (bits == 4) {
-          KMlxDecodeQuadRows<4>(quad, acts[l], 0, table, rows_valid, parts[l] + r, run);
-        } else if (bits == 8) {
-          KMlxDecodeQuadRows<8>(quad, acts[l], 0, table, rows_valid, parts[l] + r, run);
-        } else {
-          KMlxDecodeQuadRows<0>(quad, acts[l], 0, table, rows_valid, parts[l] + r, run);
-        }
-      });
+      [&](int64_t r, int rows_valid, int64_t l, const std::byte* const* /*rows*/, PrefetchRun run)
+          __attribute__((always_inline)) {
+            if (l == 0) {  // the scales and biases of the quad ahead, whole
+              const int64_t at = (r + prefetch_rows) * w.scale_row_stride;
+              PrefetchRegion(reinterpret_cast<uintptr_t>(w.scales) + static_cast<uintptr_t>(at),
+                             4 * w.scale_row_stride);
+              PrefetchRegion(reinterpret_cast<uintptr_t>(w.biases) + static_cast<uintptr_t>(at),
+                             4 * w.scale_row_stride);
+            }
+            KMlxQuad& quad = quads[l];
+            for (int k = 0; k < 4; ++k) quad.row_ids[k] = r + std::min(k, rows_valid - 1);
+            KMlxDecodeQuadAnyBits(quad, acts[l], 0, table, rows_valid, parts[l] + r, run);
+          });
   return true;
 }
 

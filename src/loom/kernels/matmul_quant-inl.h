@@ -265,12 +265,7 @@ LOOM_KERNELS_QUAD_ATTR void QuantRows(const MatrixView& w, int64_t row_begin, in
                                       const std::byte* xq, int64_t n, float* y, int64_t y_stride) {
   const int64_t blocks = w.cols / 32;
   const int64_t xq_stride = internal::QActRowBytes(w.cols);
-  const int64_t row_bytes = std::max<int64_t>(1, blocks * QuantBlockBytes(kType));
-  // Whole quads ahead, so that the prefetched bytes are those the same tile position of a later
-  // quad will read (less than a quad ahead, on long rows, re-prefetches rows of the current quad:
-  // the 5632-column down projection streamed at 0.63 of the read bandwidth, 0.72-0.85 now).
-  const int64_t prefetch_offset =
-      (kPrefetchBytes + 4 * row_bytes - 1) / (4 * row_bytes) * 4 * w.row_stride;
+  const int64_t prefetch_offset = QuadPrefetchRows(blocks * QuantBlockBytes(kType)) * w.row_stride;
   // Activation rows are processed in chunks that stay in L2 (~256 KiB) while every quad of this
   // thread's weights passes over them.
   const int64_t chunk =
@@ -317,19 +312,15 @@ bool QuantLeafRows(const MatrixView& w, int64_t leaves, int64_t row_begin, int64
   const int64_t blocks = w.cols / leaves / 32;  // per leaf
   const int64_t leaf_bytes = blocks * QuantBlockBytes(kType);
   const int64_t row_bytes = leaves * leaf_bytes;
-  const int64_t prefetch_rows = (kPrefetchBytes + 4 * row_bytes - 1) / (4 * row_bytes) * 4;
   LeafQuads(
-      w, leaves, row_bytes, row_begin, row_end, prefetch_rows,
-      [&](int64_t r, int rows_valid, int64_t l, PrefetchRun run) __attribute__((always_inline)) {
-        const std::byte* rows[4];
-        for (int k = 0; k < 4; ++k) {
-          rows[k] = w.data + (r + std::min(k, rows_valid - 1)) * w.row_stride + l * leaf_bytes;
-        }
-        const int64_t offset =
-            static_cast<int64_t>(run.begin - reinterpret_cast<uintptr_t>(rows[0]));
-        QuadTile<kType, 1>(rows, rows_valid, run.bytes > 0 ? offset : 0, blocks, xq + l * xq_stride,
-                           0, parts[l] + r, 0, run.bytes);
-      });
+      w, leaves, row_bytes, row_begin, row_end, QuadPrefetchRows(row_bytes),
+      [&](int64_t r, int rows_valid, int64_t l, const std::byte* const* rows, PrefetchRun run)
+          __attribute__((always_inline)) {
+            const int64_t offset =
+                static_cast<int64_t>(run.begin - reinterpret_cast<uintptr_t>(rows[0]));
+            QuadTile<kType, 1>(rows, rows_valid, run.bytes > 0 ? offset : 0, blocks,
+                               xq + l * xq_stride, 0, parts[l] + r, 0, run.bytes);
+          });
   return true;
 #else
   (void)w, (void)leaves, (void)row_begin, (void)row_end, (void)xq, (void)xq_stride, (void)parts;
