@@ -559,6 +559,9 @@ HWY_INLINE void KQDecodeQuad(const std::byte* const* rows, int rows_valid, KRunP
     const int64_t step = 2 * super + n;
     const std::byte* xt = tiles + step * internal::kKTileGroupBytes;
     const float* t = table + 32 * (step & 3);
+    // Unrolled: GCC kept this loop for Q6_K, with acc[hh] in memory, stored and reloaded at every
+    // half (Q6_K in-cache 15.4 -> 18.6 GB/s on one Zen 3 core; Q4_K, Q5_K unchanged).
+#pragma GCC unroll 2
     for (int hh = 0; hh < 2; ++hh) {
       const __m256 a = _mm256_load_ps(t + 8 * hh);
       const __m256 c = _mm256_load_ps(t + 16 + 8 * hh);
