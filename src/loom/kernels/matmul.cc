@@ -62,6 +62,8 @@ void RunRows(const MatrixView& w, int64_t begin, int64_t end, const void* act, i
 // SIMD target has no such path.
 bool RunLeafRows(const MatrixView& w, int64_t leaves, int64_t begin, int64_t end,
                  const std::byte* act, int64_t act_stride, float* const* parts) {
+  if (IsMlx(w.type))
+    return internal::MatVecLeavesMlx(w, leaves, begin, end, act, act_stride, parts);
   switch (w.type) {
     case DType::kQ8_0:
       return internal::MatVecLeavesQ8_0(w, leaves, begin, end, act, act_stride, parts);
@@ -73,13 +75,6 @@ bool RunLeafRows(const MatrixView& w, int64_t leaves, int64_t begin, int64_t end
       return internal::MatVecLeavesQ5_K(w, leaves, begin, end, act, act_stride, parts);
     case DType::kQ6_K:
       return internal::MatVecLeavesQ6_K(w, leaves, begin, end, act, act_stride, parts);
-    case DType::kMlx2:
-    case DType::kMlx3:
-    case DType::kMlx4:
-    case DType::kMlx5:
-    case DType::kMlx6:
-    case DType::kMlx8:
-      return internal::MatVecLeavesMlx(w, leaves, begin, end, act, act_stride, parts);
     default:
       return false;
   }
