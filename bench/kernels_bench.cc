@@ -44,7 +44,8 @@ constexpr int64_t kStreamBytes = int64_t{256} << 20;
 // MLX matrices use groups of kMlxGroup values with bf16 scales and biases (mlx-lm's default).
 constexpr int64_t kMlxGroup = 64;
 
-// `copies` matrices of rows x cols in `type`, made of 64 random rows repeated.
+// `copies` matrices of rows x cols in `type`, made of 64 random rows repeated, in the layout the
+// engine's weight copy gives them on this CPU (PreferredLayout).
 class Weights {
  public:
   Weights(DType type, int64_t rows, int64_t cols, int64_t copies)
@@ -64,6 +65,7 @@ class Weights {
     std::vector<std::byte> pattern(static_cast<size_t>(64 * row_bytes_));
     std::vector<std::byte> s_pattern(static_cast<size_t>(64 * scale_row_bytes_));
     std::vector<std::byte> b_pattern(s_pattern.size());
+    layout_ = PreferredLayout(type);
     for (int64_t r = 0; r < 64; ++r) {
       for (float& v : row) v = dist(rng);
       if (IsMlx(type)) {
@@ -72,6 +74,9 @@ class Weights {
                        b_pattern.data() + r * scale_row_bytes_);
       } else {
         QuantizeRow(type, row.data(), cols, pattern.data() + r * row_bytes_);
+        std::byte* out = pattern.data() + r * row_bytes_;
+        CopyRowsToLayout(type, cols, 1, WeightLayout::kFile, out, row_bytes_, layout_, out,
+                         row_bytes_);
       }
     }
     for (int64_t r = 0; r < rows * copies_; ++r) {
@@ -96,6 +101,7 @@ class Weights {
   MatrixView View(int64_t copy) const {
     MatrixView v{type_, rows_, cols_, storage_.data() + copy % copies_ * rows_ * row_bytes_,
                  row_bytes_};
+    v.layout = layout_;
     if (IsMlx(type_)) {
       v.scales = scales_.data() + copy % copies_ * rows_ * scale_row_bytes_;
       v.biases = biases_.data() + copy % copies_ * rows_ * scale_row_bytes_;
@@ -110,6 +116,7 @@ class Weights {
 
  private:
   DType type_;
+  WeightLayout layout_ = WeightLayout::kFile;
   int64_t rows_, cols_, row_bytes_ = 0, copies_ = 1, scale_row_bytes_ = 0;
   base::AlignedBuffer<std::byte> storage_, scales_, biases_;
 };

@@ -53,6 +53,19 @@ inline void KScaleMin(int j, const std::byte* s, int* sc, int* m) {
   }
 }
 
+// WeightLayout::kPairedNibbles (matrix.h) from kFile, or back (the same exchange): the 32-byte
+// Q4_K/Q5_K qs chunk at src to dst (may be src).  Byte l < 16 and byte 16 + l exchange nibbles:
+// (a, b) -> (a's low | b's low << 4, a's high | b's high << 4).
+inline void SwapNibblePairs(const std::byte* src, std::byte* dst) {
+  uint8_t in[32], out[32];
+  std::memcpy(in, src, sizeof(in));
+  for (int l = 0; l < 16; ++l) {
+    out[l] = static_cast<uint8_t>((in[l] & 0x0F) | (in[16 + l] << 4));
+    out[16 + l] = static_cast<uint8_t>((in[l] >> 4) | (in[16 + l] & 0xF0));
+  }
+  std::memcpy(dst, out, sizeof(out));
+}
+
 // A float stored as kF32, kF16 or kBF16 (MLX scales and biases).
 inline float LoadScalar(DType type, const std::byte* p) {
   switch (type) {

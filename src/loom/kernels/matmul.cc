@@ -3,9 +3,12 @@
 #include <algorithm>
 #include <cstring>
 
+#include "hwy/targets.h"
+#include "loom/kernels/block_formats.h"
 #include "loom/kernels/kernels_internal.h"
 #include "loom/kernels/ops.h"
 #include "loom/kernels/reference.h"
+#include "loom/kernels/simd_target.h"
 
 namespace loom::kernels {
 namespace {
@@ -291,6 +294,37 @@ void MatMul(const MatrixView& w, const float* x, int64_t n, float* y, Workspace&
             base::ThreadPool& pool) {
   float* const ys[1] = {y};
   MatMulMulti(std::span<const MatrixView>(&w, 1), x, n, ys, ws, pool);
+}
+
+WeightLayout PreferredLayout(DType type) {
+  if (type != DType::kQ4_K && type != DType::kQ5_K) return WeightLayout::kFile;
+  const int64_t target = ActiveSimdTarget();
+  return target == HWY_AVX2 || target == HWY_AVX3 ? WeightLayout::kPairedNibbles
+                                                  : WeightLayout::kFile;
+}
+
+bool CopyRowsToLayout(DType type, int64_t cols, int64_t rows, WeightLayout from,
+                      const std::byte* src, int64_t src_stride, WeightLayout to, std::byte* dst,
+                      int64_t dst_stride) {
+  const StatusOr<int64_t> row_bytes = RowBytes(type, cols);
+  if (!row_bytes.ok()) return false;
+  const bool swap = from != to;
+  if (swap && type != DType::kQ4_K && type != DType::kQ5_K) return false;
+  const int64_t block_bytes = Traits(type).block_bytes;
+  const int64_t qs = type == DType::kQ4_K ? internal::kQ4KQs : internal::kQ5KQs;
+  for (int64_t r = 0; r < rows; ++r) {
+    std::byte* out = dst + r * dst_stride;
+    const std::byte* in = src + r * src_stride;
+    if (out != in) std::memcpy(out, in, static_cast<size_t>(*row_bytes));
+    if (!swap) continue;
+    for (int64_t b = 0; b < cols / internal::kQK; ++b) {
+      for (int64_t c = 0; c < 4; ++c) {
+        std::byte* chunk = out + b * block_bytes + qs + 32 * c;
+        internal::SwapNibblePairs(chunk, chunk);
+      }
+    }
+  }
+  return true;
 }
 
 void DequantizeRow(const MatrixView& w, int64_t row, float* out) {

@@ -68,6 +68,20 @@ int64_t KLeaves(const MatrixView& w, int64_t full_cols);
 // leaves it holds when they form a whole subtree, else 1 (the slice's sum is then not canonical).
 int64_t SliceKLeaves(const MatrixView& w, int64_t full_cols, int64_t begin);
 
+// The layout (matrix.h) this CPU's kernels read `type` fastest in: kPairedNibbles for Q4_K and
+// Q5_K where the kernels run AVX2 (or AVX-512 without VNNI), whose decode then takes one shift per
+// 64 values instead of two variable shifts (docs/benchmarks.md, "Q4_K's nibbles re-paired");
+// kFile otherwise.  Asked when weights are copied into memory (model::PackMatrix).
+WeightLayout PreferredLayout(DType type);
+// Rows of `cols` values of `type` at src (layout `from`) written to dst (layout `to`), `rows` rows
+// each `src_stride` / `dst_stride` bytes apart (dst may be src, with equal strides).  Layouts other
+// than kFile exist only for the types PreferredLayout gives them to; any other conversion is a
+// plain copy only when from == to. Returns false (nothing written) for a conversion that does not
+// exist.
+bool CopyRowsToLayout(DType type, int64_t cols, int64_t rows, WeightLayout from,
+                      const std::byte* src, int64_t src_stride, WeightLayout to, std::byte* dst,
+                      int64_t dst_stride);
+
 // out(cols) = row `row` of w converted to float (embedding lookup).
 void DequantizeRow(const MatrixView& w, int64_t row, float* out);
 

@@ -77,9 +77,18 @@ HWY_INLINE void UnpackChunk(const MatrixView& w, const std::byte* row, int64_t r
     const auto* qs =
         reinterpret_cast<const uint8_t*>(blk + (kType == DType::kQ4_K ? kQ4KQs : kQ5KQs));
     for (int c = 0; c < 4; ++c) {
-      for (int l = 0; l < 32; ++l) {
-        q[64 * c + l] = qs[32 * c + l] & 0x0F;
-        q[64 * c + 32 + l] = qs[32 * c + l] >> 4;
+      if (w.layout == WeightLayout::kPairedNibbles) {  // (matrix.h)
+        for (int j = 0; j < 2; ++j) {                  // sub-block 2c + j
+          for (int l = 0; l < 16; ++l) {
+            q[64 * c + 32 * j + l] = qs[32 * c + 16 * j + l] & 0x0F;
+            q[64 * c + 32 * j + 16 + l] = qs[32 * c + 16 * j + l] >> 4;
+          }
+        }
+      } else {
+        for (int l = 0; l < 32; ++l) {
+          q[64 * c + l] = qs[32 * c + l] & 0x0F;
+          q[64 * c + 32 + l] = qs[32 * c + l] >> 4;
+        }
       }
     }
     if constexpr (kType == DType::kQ5_K) {
@@ -203,8 +212,9 @@ inline constexpr int kTileActs = 8;
 
 #if HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
 
-// One quad of rows with kActs activation rows, in the target's tiles.
-template <DType kType, int kActs>
+// One quad of rows with kActs activation rows, in the target's tiles (kPaired: Q4_K/Q5_K quants
+// in WeightLayout::kPairedNibbles, AVX2 and AVX3 only).
+template <DType kType, int kActs, bool kPaired>
 HWY_INLINE LOOM_KERNELS_QUAD_ATTR void KQuadTile(const KMlxQuad& quad, const std::byte* const* rows,
                                                  int rows_valid, int64_t prefetch_rows,
                                                  const KFactorCache& cache, const std::byte* x,
@@ -212,8 +222,14 @@ HWY_INLINE LOOM_KERNELS_QUAD_ATTR void KQuadTile(const KMlxQuad& quad, const std
   const MatrixView& w = *quad.w;
   const int64_t supers = w.cols / internal::kQK;
   if constexpr (kType == DType::kQ4_K || kType == DType::kQ5_K) {
+#if HWY_TARGET == HWY_AVX3_DL
+    static_assert(!kPaired);
     KQ45QuadTile<kType, kActs>(rows, rows_valid, prefetch_rows * w.row_stride, supers, cache, x,
                                x_stride, y, y_stride);
+#else
+    KQ45QuadTile<kType, kActs, kPaired>(rows, rows_valid, prefetch_rows * w.row_stride, supers,
+                                        cache, x, x_stride, y, y_stride);
+#endif
   } else if constexpr (kType == DType::kQ6_K) {
     KQ6QuadTile<kActs>(rows, rows_valid, prefetch_rows * w.row_stride, supers, cache, x, x_stride,
                        y, y_stride);
@@ -239,7 +255,7 @@ HWY_INLINE int64_t KPrefetchRows(const MatrixView& w) {
 // kKTileActs activation rows (then half as many, then 1; the tiles and kKTileActs are the target's:
 // matmul_kquant_tile-inl.h, matmul_kquant_tile_avx2-inl.h), activation rows in chunks whose tile
 // groups stay in L2 (512 KiB of its 1 MiB) while every quad of this thread's rows passes over them.
-template <DType kType>
+template <DType kType, bool kPaired>
 LOOM_KERNELS_QUAD_ATTR void KTileRows(const MatrixView& w, int64_t row_begin, int64_t row_end,
                                       const std::byte* xa, int64_t n, float* y, int64_t y_stride) {
   const int64_t x_stride = internal::KActRowBytes(w.cols);
@@ -279,22 +295,23 @@ LOOM_KERNELS_QUAD_ATTR void KTileRows(const MatrixView& w, int64_t row_begin, in
       cache.ready = false;
       int64_t i = i0;
       for (; i + kKTileActs <= i1; i += kKTileActs) {
-        KQuadTile<kType, kKTileActs>(quad, rows, rows_valid, prefetch, cache, tiles + i * x_stride,
-                                     x_stride, y + i * y_stride + r, y_stride);
+        KQuadTile<kType, kKTileActs, kPaired>(quad, rows, rows_valid, prefetch, cache,
+                                              tiles + i * x_stride, x_stride, y + i * y_stride + r,
+                                              y_stride);
         prefetch = 0;
         cache.ready = cache.lanes != nullptr;
       }
       if (i + kKTileActs / 2 <= i1) {
-        KQuadTile<kType, kKTileActs / 2>(quad, rows, rows_valid, prefetch, cache,
-                                         tiles + i * x_stride, x_stride, y + i * y_stride + r,
-                                         y_stride);
+        KQuadTile<kType, kKTileActs / 2, kPaired>(quad, rows, rows_valid, prefetch, cache,
+                                                  tiles + i * x_stride, x_stride,
+                                                  y + i * y_stride + r, y_stride);
         prefetch = 0;
         cache.ready = cache.lanes != nullptr;
         i += kKTileActs / 2;
       }
       for (; i < i1; ++i) {
-        KQuadTile<kType, 1>(quad, rows, rows_valid, prefetch, cache, tiles + i * x_stride, x_stride,
-                            y + i * y_stride + r, y_stride);
+        KQuadTile<kType, 1, kPaired>(quad, rows, rows_valid, prefetch, cache, tiles + i * x_stride,
+                                     x_stride, y + i * y_stride + r, y_stride);
         prefetch = 0;
         cache.ready = cache.lanes != nullptr;
       }
@@ -314,15 +331,26 @@ void KQuantRows(const MatrixView& w, int64_t row_begin, int64_t row_end, const s
     // here rather than from KTileRows, whose batched loops then compile as they did without them
     // (with the call inside, GCC allocated their general registers differently: a fifth more
     // stack accesses in the Q4_K tile loop).
+    if constexpr (kType == DType::kQ4_K || kType == DType::kQ5_K) {
+      if (w.layout == WeightLayout::kPairedNibbles) {
+        if (n == 1) {
+          KQDecodeRows<kType, true>(w, row_begin, row_end, xa, KPrefetchRows<kType>(w), y);
+        } else {
+          KTileRows<kType, true>(w, row_begin, row_end, xa, n, y, y_stride);
+        }
+        return;
+      }
+    }
     if (n == 1) {
       if constexpr (kType == DType::kMlx4) {
         if (KMlxDecodeRows(w, row_begin, row_end, xa, KPrefetchRows<kType>(w), y)) return;
       } else {
-        if (KQDecodeRows<kType>(w, row_begin, row_end, xa, KPrefetchRows<kType>(w), y)) return;
+        KQDecodeRows<kType, false>(w, row_begin, row_end, xa, KPrefetchRows<kType>(w), y);
+        return;
       }
     }
 #endif
-    KTileRows<kType>(w, row_begin, row_end, xa, n, y, y_stride);
+    KTileRows<kType, false>(w, row_begin, row_end, xa, n, y, y_stride);
     return;
   }
 #endif
@@ -372,8 +400,13 @@ bool KQuantLeafRows(const MatrixView& w, int64_t leaves, int64_t row_begin, int6
     return KMlxDecodeLeafRows(w, leaves, row_begin, row_end, xa, xa_stride, KPrefetchRows<kType>(w),
                               parts);
   } else {
-    KQDecodeLeafRows<kType>(w, leaves, row_begin, row_end, xa, xa_stride, KPrefetchRows<kType>(w),
-                            parts);
+    if (w.layout == WeightLayout::kPairedNibbles) {
+      KQDecodeLeafRows<kType, true>(w, leaves, row_begin, row_end, xa, xa_stride,
+                                    KPrefetchRows<kType>(w), parts);
+    } else {
+      KQDecodeLeafRows<kType, false>(w, leaves, row_begin, row_end, xa, xa_stride,
+                                     KPrefetchRows<kType>(w), parts);
+    }
     return true;
   }
 #else

@@ -455,7 +455,8 @@ struct KQDecodeHalf;
 
 template <DType kType>
 requires(kType == DType::kQ4_K || kType == DType::kQ5_K) struct KQDecodeHalf<kType> {
-  HWY_INLINE static void Run(const KQ45Rows<kType>& rows, int64_t super, int n, int hh,
+  template <bool kPaired>
+  HWY_INLINE static void Run(const KQ45Rows<kType, kPaired>& rows, int64_t super, int n, int hh,
                              const std::byte* xt, const std::byte* /*xq*/, __m256i* lo_sum,
                              __m256i* /*hi_sum*/) {
     const __m256i x_lo =
@@ -534,12 +535,12 @@ struct KQDecodeHalf<DType::kQ6_K> {
 
 // One quad of K-quant rows at n = 1 (the tiles' KQ45QuadTile / KQ6QuadTile with one activation
 // row): xa the kact row; table: 128 floats (the factors of 4 steps: two super-blocks); prefetch:
-// a part of its run per super-block.
-template <DType kType>
+// a part of its run per super-block; kPaired: Q4_K/Q5_K in WeightLayout::kPairedNibbles.
+template <DType kType, bool kPaired>
 HWY_INLINE void KQDecodeQuad(const std::byte* const* rows, int rows_valid, KRunPrefetch prefetch,
                              int64_t supers, const std::byte* xa, const std::byte* tiles,
                              float* table, float* y) {
-  using Rows = std::conditional_t<kType == DType::kQ6_K, KQ6Rows, KQ45Rows<kType>>;
+  using Rows = std::conditional_t<kType == DType::kQ6_K, KQ6Rows, KQ45Rows<kType, kPaired>>;
   const Rows q{rows, RegionPrefetcher(nullptr, 0, 0, 0)};
   // The factors of super-block k, at table + 64 (k % 2), computed while super-block k - 1 is
   // multiplied: early enough for their latency to hide, late enough for the quad's headers to be
@@ -593,10 +594,10 @@ HWY_INLINE void KQDecodeQuad(const std::byte* const* rows, int rows_valid, KRunP
   StoreQuadRows256(acc[0], acc[1], rows_valid, y);
 }
 
-// The products of rows [row_begin, row_end) with one kact row xa (rows of any length: true).  Not
+// The products of rows [row_begin, row_end) with one kact row xa (rows of any length).  Not
 // inlined (as KMlxDecodeRows).
-template <DType kType>
-HWY_NOINLINE bool KQDecodeRows(const MatrixView& w, int64_t row_begin, int64_t row_end,
+template <DType kType, bool kPaired>
+HWY_NOINLINE void KQDecodeRows(const MatrixView& w, int64_t row_begin, int64_t row_end,
                                const std::byte* xa, int64_t prefetch_rows, float* y) {
   const int64_t supers = w.cols / internal::kQK;
   const std::byte* tiles = xa + internal::KActTileOffset(w.cols);
@@ -612,16 +613,15 @@ HWY_NOINLINE bool KQDecodeRows(const MatrixView& w, int64_t row_begin, int64_t r
                      static_cast<uintptr_t>(prefetch_rows * w.row_stride)) &
                     ~uintptr_t{63};
     prefetch.per_step = (4 * Traits(kType).block_bytes + 63) / 64 + 1;
-    KQDecodeQuad<kType>(rows, rows_valid, prefetch, supers, xa, tiles, table, y + r);
+    KQDecodeQuad<kType, kPaired>(rows, rows_valid, prefetch, supers, xa, tiles, table, y + r);
   }
-  return true;
 }
 
 // ---- Products split into column leaves (LeafQuads): each quad of rows once, its leaves in turn,
 // each as its ColRange view's decode would run it (the same bits); xa: the leaves' kact rows, one
 // every xa_stride bytes.
 
-template <DType kType>
+template <DType kType, bool kPaired>
 HWY_NOINLINE void KQDecodeLeafRows(const MatrixView& w, int64_t leaves, int64_t row_begin,
                                    int64_t row_end, const std::byte* xa, int64_t xa_stride,
                                    int64_t prefetch_rows, float* const* parts) {
@@ -635,8 +635,8 @@ HWY_NOINLINE void KQDecodeLeafRows(const MatrixView& w, int64_t leaves, int64_t 
       [&](int64_t r, int rows_valid, int64_t l, const std::byte* const* rows, PrefetchRun run)
           __attribute__((always_inline)) {
             const std::byte* x = xa + l * xa_stride;
-            KQDecodeQuad<kType>(rows, rows_valid, KRunPrefetch(run, supers), supers, x,
-                                x + tile_offset, table, parts[l] + r);
+            KQDecodeQuad<kType, kPaired>(rows, rows_valid, KRunPrefetch(run, supers), supers, x,
+                                         x + tile_offset, table, parts[l] + r);
           });
 }
 

@@ -13,6 +13,7 @@
 
 #include "loom/base/aligned_buffer.h"
 #include "loom/base/thread_pool.h"
+#include "loom/kernels/block_formats.h"
 #include "loom/kernels/kernels_internal.h"
 #include "loom/kernels/kernels_test_util.h"
 #include "loom/kernels/matmul.h"
@@ -84,6 +85,91 @@ TEST_P(KQuantTileTest, RowRangesGiveTheWholeMatrixBits) {
       }
     }
   });
+}
+
+// WeightLayout::kPairedNibbles (matrix.h), the layout Q4_K and Q5_K weights are copied into on
+// AVX2: on every target its products (decode, the tiles, column leaves, row ranges) are the file
+// layout's bit for bit, and its rows dequantize to the same values.  Q6_K has no such layout.
+TEST_P(KQuantTileTest, PairedNibblesGiveTheFileLayoutsBits) {
+  const DType type = GetParam();
+  base::ThreadPool pool(2, /*spin_microseconds=*/0);
+  const int64_t rows = 9, cols = 1024;
+  const TestMatrix m(type, rows, cols, 23);
+  const MatrixView file = m.view;
+  std::vector<std::byte> bytes(static_cast<size_t>(rows * file.row_stride));
+  const bool converts =
+      CopyRowsToLayout(type, cols, rows, WeightLayout::kFile, file.data, file.row_stride,
+                       WeightLayout::kPairedNibbles, bytes.data(), file.row_stride);
+  if (type == DType::kQ6_K) {
+    EXPECT_FALSE(converts);
+    EXPECT_EQ(PreferredLayout(type), WeightLayout::kFile);
+    return;
+  }
+  ASSERT_TRUE(converts);
+  EXPECT_NE(std::memcmp(bytes.data(), file.data, bytes.size()), 0);
+  MatrixView paired = file;
+  paired.data = bytes.data();
+  paired.layout = WeightLayout::kPairedNibbles;
+  // Converting back gives the file's bytes.
+  std::vector<std::byte> back(bytes.size());
+  ASSERT_TRUE(CopyRowsToLayout(type, cols, rows, WeightLayout::kPairedNibbles, paired.data,
+                               paired.row_stride, WeightLayout::kFile, back.data(),
+                               paired.row_stride));
+  EXPECT_EQ(std::memcmp(back.data(), file.data, back.size()), 0);
+  for (int64_t r = 0; r < rows; ++r) {
+    std::vector<float> want(static_cast<size_t>(cols)), got(want.size());
+    DequantizeRow(file, r, want.data());
+    DequantizeRow(paired, r, got.data());
+    ASSERT_EQ(got, want) << "row " << r;
+  }
+  const auto same_bits = [&](const MatrixView& a, const MatrixView& b, const float* x, int64_t n,
+                             const char* what) {
+    Workspace ws;
+    std::vector<float> ya(static_cast<size_t>(n * a.rows)), yb(ya.size());
+    MatMul(a, x, n, ya.data(), ws, pool);
+    MatMul(b, x, n, yb.data(), ws, pool);
+    ASSERT_EQ(std::memcmp(ya.data(), yb.data(), ya.size() * sizeof(float)), 0)
+        << what << ", n = " << n;
+  };
+  for (int64_t n : {1, 2, 5, 13}) {
+    const std::vector<float> x = RandomVector(n * cols, static_cast<uint32_t>(n + 5));
+    ForEachSimdTarget([&] {
+      same_bits(file, paired, x.data(), n, "whole rows");
+      same_bits(file.RowRange(3, 6), paired.RowRange(3, 6), x.data(), n, "rows 3..8");
+      for (int64_t leaves : {2, 4}) {
+        MatrixView fl = file, pl = paired;
+        fl.k_leaves = pl.k_leaves = leaves;
+        same_bits(fl, pl, x.data(), n, leaves == 2 ? "2 leaves" : "4 leaves");
+      }
+      // A column slice (a tensor-parallel rank's) keeps its matrix's layout.
+      std::vector<float> xc(static_cast<size_t>(n * 512));
+      for (int64_t i = 0; i < n; ++i) {
+        std::copy_n(x.begin() + i * cols + 256, 512, xc.begin() + i * 512);
+      }
+      same_bits(file.ColRange(256, 512), paired.ColRange(256, 512), xc.data(), n, "cols 256..767");
+    });
+    if (HasFatalFailure()) return;
+  }
+}
+
+// The paired layout's bytes, as matrix.h describes them: in each 32-byte chunk, byte l < 16 holds
+// values l and 16 + l of its first sub-block, byte 16 + l those of its second.
+TEST(WeightLayoutTest, PairedNibblesHoldEachSubBlocksValuePairs) {
+  std::byte file[32], paired[32], back[32];
+  // File: byte l holds value l of sub-block A (low nibble) and of sub-block B (high).
+  const auto a = [](int l) { return (l * 5 + 1) & 15; };
+  const auto b = [](int l) { return (l * 3 + 7) & 15; };
+  for (int l = 0; l < 32; ++l) file[l] = static_cast<std::byte>(a(l) | b(l) << 4);
+  internal::SwapNibblePairs(file, paired);
+  for (int l = 0; l < 16; ++l) {
+    EXPECT_EQ(static_cast<int>(paired[l]), a(l) | a(16 + l) << 4) << l;
+    EXPECT_EQ(static_cast<int>(paired[16 + l]), b(l) | b(16 + l) << 4) << l;
+  }
+  internal::SwapNibblePairs(paired, back);
+  EXPECT_EQ(std::memcmp(back, file, sizeof(file)), 0);
+  for (DType type : {DType::kF32, DType::kQ4_0, DType::kQ8_0, DType::kQ6_K, DType::kMlx4}) {
+    EXPECT_EQ(PreferredLayout(type), WeightLayout::kFile) << Traits(type).name;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(KQuants, KQuantTileTest,

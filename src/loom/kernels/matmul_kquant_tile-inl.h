@@ -47,9 +47,14 @@ namespace loom::kernels::HWY_NAMESPACE {
 
 // ---- Shared by the x86 tiles (lane l = 4s + r: block s of the step, row r of the quad).
 
-// Whether the tiled path handles this product.
+// Whether the tiled path handles this product (WeightLayout::kPairedNibbles: AVX2 and AVX3 only;
+// other targets read it in the portable path).
 template <DType kType>
 bool KTileSupports(const MatrixView& w) {
+  if (w.layout != WeightLayout::kFile &&
+      (HWY_TARGET == HWY_AVX3_DL || (kType != DType::kQ4_K && kType != DType::kQ5_K))) {
+    return false;
+  }
   if constexpr (kType == DType::kQ4_K || kType == DType::kQ5_K || kType == DType::kQ6_K) {
     return w.cols % internal::kQK == 0;
   } else if constexpr (kType == DType::kMlx4) {  // every width

@@ -188,8 +188,9 @@ HWY_INLINE void KHalfTile(const Rows& rows, int64_t steps, const KFactorCache& c
 }
 
 // ---- Q4_K and Q5_K: steps 2k and 2k + 1 are the halves of super-block k (rows[r] + k * kBytes).
+// kPaired: the quants in WeightLayout::kPairedNibbles (matrix.h), the layout this path prefers.
 
-template <DType kType>
+template <DType kType, bool kPaired = false>
 struct KQ45Rows {
   static constexpr KDot kDot = KDot::kAffine;
   static constexpr int kFactorSteps = 2;
@@ -275,8 +276,9 @@ struct KQ45Rows {
   }
 
   // The 32 quant bytes of half hh of step h hold sub-block 4h + 2hh in their low nibbles and
-  // 4h + 2hh + 1 in their high nibbles; Q5_K's fifth bit of value l of sub-block j is bit j of
-  // qh byte l.
+  // 4h + 2hh + 1 in their high nibbles (kPaired: sub-block 4h + 2hh in the first 16 bytes, values
+  // 0..15 low, 16..31 high, 4h + 2hh + 1 in the next 16); Q5_K's fifth bit of value l of sub-block
+  // j is bit j of qh byte l.
   HWY_INLINE KHalf Decode(int64_t step, int hh) const {
     return DecodeOf(step / 2, static_cast<int>(step % 2), hh);
   }
@@ -292,8 +294,16 @@ struct KQ45Rows {
     for (int r = 0; r < 4; ++r) {
       const std::byte* blk = rows[r] + super * kBytes;
       const std::byte* qs = blk + kQs + 64 * h + 32 * hh;
-      w.lo[r] = _mm256_and_si256(_mm256_srlv_epi32(broadcast(qs), lanes), nibble);
-      w.hi[r] = _mm256_and_si256(_mm256_srlv_epi32(broadcast(qs + 16), lanes), nibble);
+      if constexpr (kPaired) {
+        // One shift per 64 values where the file's pairing takes two variable shifts (the
+        // shuffle/shift pipes bound this decode on Zen 3).
+        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs));
+        w.lo[r] = _mm256_and_si256(q, nibble);
+        w.hi[r] = _mm256_and_si256(_mm256_srli_epi16(q, 4), nibble);
+      } else {
+        w.lo[r] = _mm256_and_si256(_mm256_srlv_epi32(broadcast(qs), lanes), nibble);
+        w.hi[r] = _mm256_and_si256(_mm256_srlv_epi32(broadcast(qs + 16), lanes), nibble);
+      }
       if constexpr (kType == DType::kQ5_K) {
         // Bit 4h + 2hh + L of each byte as 16 (0x10): a compare with the bit's mask instead of
         // two shifts, which take the shuffle/shift pipes (two of Zen 3's four) as the nibble
@@ -631,15 +641,14 @@ HWY_INLINE void KMlxQuadTile(const KMlxQuad& quad, int rows_valid, int64_t prefe
 
 // ---- The tiles of a quad of rows with kActs activation rows, as the AVX3_DL ones (KQuadTile).
 
-template <DType kType, int kActs>
+template <DType kType, int kActs, bool kPaired>
 HWY_INLINE void KQ45QuadTile(const std::byte* const* rows, int rows_valid, int64_t prefetch_offset,
                              int64_t supers, const KFactorCache& cache, const std::byte* x,
                              int64_t x_stride, float* y, int64_t y_stride) {
-  constexpr int64_t kBytes = KQ45Rows<kType>::kBytes;
-  const RegionPrefetcher prefetcher(rows[0], prefetch_offset, rows[3] - rows[0] + supers * kBytes,
-                                    supers);
-  KHalfTile<kActs>(KQ45Rows<kType>{rows, prefetcher}, 2 * supers, cache, x, x_stride, rows_valid, y,
-                   y_stride);
+  using Rows = KQ45Rows<kType, kPaired>;
+  const RegionPrefetcher prefetcher(rows[0], prefetch_offset,
+                                    rows[3] - rows[0] + supers * Rows::kBytes, supers);
+  KHalfTile<kActs>(Rows{rows, prefetcher}, 2 * supers, cache, x, x_stride, rows_valid, y, y_stride);
 }
 
 template <int kActs>

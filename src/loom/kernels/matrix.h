@@ -8,6 +8,19 @@
 
 namespace loom::kernels {
 
+// How a matrix's blocks are laid out in memory: as dtype.h describes them (kFile, every file and
+// every mapped view), or rearranged inside each block for the kernels of this CPU when the weights
+// are copied into memory (model::PackMatrix asks PreferredLayout, matmul.h).  Every kernel and
+// DequantizeRow read both; views of row and column ranges keep their matrix's layout.
+enum class WeightLayout : uint8_t {
+  kFile,
+  // Q4_K and Q5_K: in each 32-byte chunk of qs (sub-blocks 2c and 2c + 1), byte l < 16 holds
+  // values l (low nibble) and 16 + l (high nibble) of sub-block 2c, byte 16 + l those of sub-block
+  // 2c + 1 (the file pairs value l of 2c with value l of 2c + 1).  SwapNibblePairs
+  // (block_formats.h) converts either way.  Q5_K's qh is unchanged.
+  kPairedNibbles,
+};
+
 // Row-major W with `rows` output features and `cols` input features, stored in `type`; row r starts
 // at data + r * row_stride bytes.  Views of row ranges and of block-aligned column ranges point
 // into the same bytes: tensor-parallel shards are views, never copies.
@@ -27,6 +40,7 @@ struct MatrixView {
   // own and then added in a fixed balanced tree (kernels/matmul.h, KLeaves): 1 for most matrices.
   // A value that does not cut cols into at most kMaxKLeaves slices of whole blocks counts as 1.
   int64_t k_leaves = 1;
+  WeightLayout layout = WeightLayout::kFile;
 
   // Rows [begin, begin + count).
   MatrixView RowRange(int64_t begin, int64_t count) const {

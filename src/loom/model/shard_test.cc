@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "loom/base/testing.h"
+#include "loom/kernels/matmul.h"
 #include "loom/model/model_test_util.h"
 #include "loom/model/thread_collective_test_util.h"
 #include "loom/model/transformer.h"
@@ -184,7 +185,8 @@ TEST(ShardExactTest, TensorParallelLogitsEqualOneProcessBitForBit) {
   const std::vector<Case> cases = {{kernels::DType::kQ4_0, 1024, 8, 2048, {2, 4}},
                                    {kernels::DType::kQ8_0, 1024, 8, 2048, {2, 4}},
                                    {kernels::DType::kF16, 1024, 8, 2048, {2, 4}},
-                                   {kernels::DType::kQ4_K, 1024, 8, 2048, {2, 4}}};
+                                   {kernels::DType::kQ4_K, 1024, 8, 2048, {2, 4}},
+                                   {kernels::DType::kQ5_K, 1024, 8, 2048, {2}}};
   for (const Case& c : cases) {
     SCOPED_TRACE(kernels::Traits(c.type).name);
     model::testing::TestModelSpec spec;
@@ -205,6 +207,14 @@ TEST(ShardExactTest, TensorParallelLogitsEqualOneProcessBitForBit) {
       RunTensorParallel(**file, ranks, &got);
       EXPECT_EQ(got, want) << "tp=" << ranks;
     }
+    // Copied weights take the layout this CPU's kernels read fastest (Q4_K and Q5_K on AVX2:
+    // kernels::WeightLayout::kPairedNibbles, the ranks' column slices too) and the same bits.
+    EXPECT_EQ(WholeModelLogits(**file, /*copy=*/true), want) << "copied";
+    auto w = BindWeights(**file);
+    ASSERT_TRUE(w.ok());
+    ASSERT_TRUE(CopyMatricesToMemory(&*w).ok());
+    EXPECT_EQ(w->layers[0].wq.layout, kernels::PreferredLayout(c.type));
+    EXPECT_EQ(w->layers[0].w_down.layout, kernels::PreferredLayout(c.type));
   }
 }
 

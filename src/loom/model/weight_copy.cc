@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "loom/base/sysinfo.h"
+#include "loom/kernels/matmul.h"
 
 namespace loom::model {
 
@@ -70,7 +71,15 @@ int64_t PackedMatrixBytes(const kernels::MatrixView& m) {
 
 void PackMatrix(kernels::MatrixView* m, std::byte* dst) {
   const int64_t row_bytes = ValueRowBytes(*m);
-  m->data = CopyRows(m->data, m->rows, row_bytes, m->row_stride, dst);
+  const kernels::WeightLayout layout = kernels::PreferredLayout(m->type);
+  if (layout != m->layout &&
+      kernels::CopyRowsToLayout(m->type, m->cols, m->rows, m->layout, m->data, m->row_stride,
+                                layout, dst, row_bytes)) {
+    m->data = dst;
+    m->layout = layout;
+  } else {
+    m->data = CopyRows(m->data, m->rows, row_bytes, m->row_stride, dst);
+  }
   m->row_stride = row_bytes;
   dst += AlignUp(m->rows * row_bytes);
   if (m->scales != nullptr) {

@@ -22,7 +22,8 @@ Status CopyMatricesToMemory(TransformerWeights* weights, bool experts = true);
 // each part starting 64-byte aligned.
 int64_t PackedMatrixBytes(const kernels::MatrixView& m);
 // Copies m's rows (and MLX scales and biases) to dst (64-byte aligned, PackedMatrixBytes(m) bytes)
-// as PackedMatrixBytes describes, and points m at the copy.
+// as PackedMatrixBytes describes, in the layout this CPU's kernels read fastest
+// (kernels::PreferredLayout), and points m at the copy.
 void PackMatrix(kernels::MatrixView* m, std::byte* dst);
 
 // Bytes CopyMatricesToMemory(weights, experts) would allocate.
