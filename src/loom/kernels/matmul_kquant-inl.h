@@ -400,13 +400,15 @@ bool KQuantLeafRows(const MatrixView& w, int64_t leaves, int64_t row_begin, int6
     return KMlxDecodeLeafRows(w, leaves, row_begin, row_end, xa, xa_stride, KPrefetchRows<kType>(w),
                               parts);
   } else {
-    if (w.layout == WeightLayout::kPairedNibbles) {
-      KQDecodeLeafRows<kType, true>(w, leaves, row_begin, row_end, xa, xa_stride,
-                                    KPrefetchRows<kType>(w), parts);
-    } else {
-      KQDecodeLeafRows<kType, false>(w, leaves, row_begin, row_end, xa, xa_stride,
-                                     KPrefetchRows<kType>(w), parts);
+    if constexpr (kType == DType::kQ4_K || kType == DType::kQ5_K) {
+      if (w.layout == WeightLayout::kPairedNibbles) {
+        KQDecodeLeafRows<kType, true>(w, leaves, row_begin, row_end, xa, xa_stride,
+                                      KPrefetchRows<kType>(w), parts);
+        return true;
+      }
     }
+    KQDecodeLeafRows<kType, false>(w, leaves, row_begin, row_end, xa, xa_stride,
+                                   KPrefetchRows<kType>(w), parts);
     return true;
   }
 #else
