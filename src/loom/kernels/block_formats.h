@@ -66,6 +66,12 @@ inline void SwapNibblePairs(const std::byte* src, std::byte* dst) {
   std::memcpy(dst, out, sizeof(out));
 }
 
+// SwapNibblePairs over the four qs chunks of the Q4_K or Q5_K super-block at blk, in place.
+inline void SwapSuperBlockNibblePairs(DType type, std::byte* blk) {
+  std::byte* qs = blk + (type == DType::kQ4_K ? kQ4KQs : kQ5KQs);
+  for (int c = 0; c < 4; ++c) SwapNibblePairs(qs + 32 * c, qs + 32 * c);
+}
+
 // A float stored as kF32, kF16 or kBF16 (MLX scales and biases).
 inline float LoadScalar(DType type, const std::byte* p) {
   switch (type) {

@@ -311,17 +311,13 @@ bool CopyRowsToLayout(DType type, int64_t cols, int64_t rows, WeightLayout from,
   const bool swap = from != to;
   if (swap && type != DType::kQ4_K && type != DType::kQ5_K) return false;
   const int64_t block_bytes = Traits(type).block_bytes;
-  const int64_t qs = type == DType::kQ4_K ? internal::kQ4KQs : internal::kQ5KQs;
   for (int64_t r = 0; r < rows; ++r) {
     std::byte* out = dst + r * dst_stride;
     const std::byte* in = src + r * src_stride;
     if (out != in) std::memcpy(out, in, static_cast<size_t>(*row_bytes));
     if (!swap) continue;
     for (int64_t b = 0; b < cols / internal::kQK; ++b) {
-      for (int64_t c = 0; c < 4; ++c) {
-        std::byte* chunk = out + b * block_bytes + qs + 32 * c;
-        internal::SwapNibblePairs(chunk, chunk);
-      }
+      internal::SwapSuperBlockNibblePairs(type, out + b * block_bytes);
     }
   }
   return true;

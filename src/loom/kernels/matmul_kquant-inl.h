@@ -25,6 +25,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "hwy/highway.h"
 #include "loom/kernels/block_formats.h"
@@ -77,18 +78,16 @@ HWY_INLINE void UnpackChunk(const MatrixView& w, const std::byte* row, int64_t r
     const auto* qs =
         reinterpret_cast<const uint8_t*>(blk + (kType == DType::kQ4_K ? kQ4KQs : kQ5KQs));
     for (int c = 0; c < 4; ++c) {
-      if (w.layout == WeightLayout::kPairedNibbles) {  // (matrix.h)
-        for (int j = 0; j < 2; ++j) {                  // sub-block 2c + j
-          for (int l = 0; l < 16; ++l) {
-            q[64 * c + 32 * j + l] = qs[32 * c + 16 * j + l] & 0x0F;
-            q[64 * c + 32 * j + 16 + l] = qs[32 * c + 16 * j + l] >> 4;
-          }
-        }
-      } else {
-        for (int l = 0; l < 32; ++l) {
-          q[64 * c + l] = qs[32 * c + l] & 0x0F;
-          q[64 * c + 32 + l] = qs[32 * c + l] >> 4;
-        }
+      const uint8_t* chunk = qs + 32 * c;
+      uint8_t file[32];  // WeightLayout::kPairedNibbles (matrix.h) back to the file's pairs
+      if (w.layout == WeightLayout::kPairedNibbles) {
+        SwapNibblePairs(reinterpret_cast<const std::byte*>(chunk),
+                        reinterpret_cast<std::byte*>(file));
+        chunk = file;
+      }
+      for (int l = 0; l < 32; ++l) {
+        q[64 * c + l] = chunk[l] & 0x0F;
+        q[64 * c + 32 + l] = chunk[l] >> 4;
       }
     }
     if constexpr (kType == DType::kQ5_K) {
@@ -242,6 +241,24 @@ HWY_INLINE LOOM_KERNELS_QUAD_ATTR void KQuadTile(const KMlxQuad& quad, const std
   }
 }
 
+// f(std::bool_constant<kPaired>{}): kPaired when w's quants are in WeightLayout::kPairedNibbles
+// (matrix.h), which only Q4_K and Q5_K have and only the AVX2 and AVX3 tiles read (KTileSupports
+// sends it to the portable path elsewhere).
+template <DType kType, class F>
+HWY_INLINE void WithKLayout(const MatrixView& w, const F& f) {
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
+  if constexpr (kType == DType::kQ4_K || kType == DType::kQ5_K) {
+    if (w.layout == WeightLayout::kPairedNibbles) {
+      f(std::true_type{});
+      return;
+    }
+  }
+#else
+  (void)w;
+#endif
+  f(std::false_type{});
+}
+
 // How many rows ahead of a quad its tiles prefetch (QuadPrefetchRows).
 template <DType kType>
 HWY_INLINE int64_t KPrefetchRows(const MatrixView& w) {
@@ -331,26 +348,20 @@ void KQuantRows(const MatrixView& w, int64_t row_begin, int64_t row_end, const s
     // here rather than from KTileRows, whose batched loops then compile as they did without them
     // (with the call inside, GCC allocated their general registers differently: a fifth more
     // stack accesses in the Q4_K tile loop).
-    if constexpr (kType == DType::kQ4_K || kType == DType::kQ5_K) {
-      if (w.layout == WeightLayout::kPairedNibbles) {
-        if (n == 1) {
-          KQDecodeRows<kType, true>(w, row_begin, row_end, xa, KPrefetchRows<kType>(w), y);
-        } else {
-          KTileRows<kType, true>(w, row_begin, row_end, xa, n, y, y_stride);
-        }
-        return;
-      }
-    }
     if (n == 1) {
       if constexpr (kType == DType::kMlx4) {
         if (KMlxDecodeRows(w, row_begin, row_end, xa, KPrefetchRows<kType>(w), y)) return;
       } else {
-        KQDecodeRows<kType, false>(w, row_begin, row_end, xa, KPrefetchRows<kType>(w), y);
+        WithKLayout<kType>(w, [&](auto paired) {
+          KQDecodeRows<kType, paired>(w, row_begin, row_end, xa, KPrefetchRows<kType>(w), y);
+        });
         return;
       }
     }
 #endif
-    KTileRows<kType, false>(w, row_begin, row_end, xa, n, y, y_stride);
+    WithKLayout<kType>(w, [&](auto paired) {
+      KTileRows<kType, paired>(w, row_begin, row_end, xa, n, y, y_stride);
+    });
     return;
   }
 #endif
@@ -400,15 +411,10 @@ bool KQuantLeafRows(const MatrixView& w, int64_t leaves, int64_t row_begin, int6
     return KMlxDecodeLeafRows(w, leaves, row_begin, row_end, xa, xa_stride, KPrefetchRows<kType>(w),
                               parts);
   } else {
-    if constexpr (kType == DType::kQ4_K || kType == DType::kQ5_K) {
-      if (w.layout == WeightLayout::kPairedNibbles) {
-        KQDecodeLeafRows<kType, true>(w, leaves, row_begin, row_end, xa, xa_stride,
+    WithKLayout<kType>(w, [&](auto paired) {
+      KQDecodeLeafRows<kType, paired>(w, leaves, row_begin, row_end, xa, xa_stride,
                                       KPrefetchRows<kType>(w), parts);
-        return true;
-      }
-    }
-    KQDecodeLeafRows<kType, false>(w, leaves, row_begin, row_end, xa, xa_stride,
-                                   KPrefetchRows<kType>(w), parts);
+    });
     return true;
   }
 #else

@@ -90,15 +90,13 @@ void DequantizeRow(const MatrixView& w, int64_t row, float* out) {
       return;
     case DType::kQ4_K:
     case DType::kQ5_K:
-      if (w.layout ==
-          WeightLayout::kPairedNibbles) {  // back to the file's pairs, a block at a time
+      if (w.layout == WeightLayout::kPairedNibbles) {
+        // Back to the file's pairs, a super-block at a time.
         const int64_t bytes = Traits(w.type).block_bytes;
-        const int64_t qs = w.type == DType::kQ4_K ? internal::kQ4KQs : internal::kQ5KQs;
         std::byte blk[internal::kQ5KBlockBytes];
         for (int64_t b = 0; b < w.cols / internal::kQK; ++b) {
           std::memcpy(blk, p + b * bytes, static_cast<size_t>(bytes));
-          for (int c = 0; c < 4; ++c)
-            internal::SwapNibblePairs(blk + qs + 32 * c, blk + qs + 32 * c);
+          internal::SwapSuperBlockNibblePairs(w.type, blk);
           internal::DequantizeKQuantRow(w.type, blk, internal::kQK, out + b * internal::kQK);
         }
         return;
