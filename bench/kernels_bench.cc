@@ -65,7 +65,7 @@ class Weights {
     std::vector<std::byte> pattern(static_cast<size_t>(64 * row_bytes_));
     std::vector<std::byte> s_pattern(static_cast<size_t>(64 * scale_row_bytes_));
     std::vector<std::byte> b_pattern(s_pattern.size());
-    layout_ = PreferredLayout(type);
+    layout_ = PreferredLayout(type, cols);
     for (int64_t r = 0; r < 64; ++r) {
       for (float& v : row) v = dist(rng);
       if (IsMlx(type)) {

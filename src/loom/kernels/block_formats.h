@@ -1,5 +1,5 @@
-// Scalar helpers for the K-quant and MLX layouts of dtype.h, shared by the reference, the
-// quantizers and the SIMD kernels.  Not for use outside the kernels layer.
+// Scalar helpers for the Q4_0/Q8_0, K-quant and MLX layouts of dtype.h, shared by the reference,
+// the quantizers and the SIMD kernels.  Not for use outside the kernels layer.
 #pragma once
 
 #include <cstddef>
@@ -70,6 +70,62 @@ inline void SwapNibblePairs(const std::byte* src, std::byte* dst) {
 inline void SwapSuperBlockNibblePairs(DType type, std::byte* blk) {
   std::byte* qs = blk + (type == DType::kQ4_K ? kQ4KQs : kQ5KQs);
   for (int c = 0; c < 4; ++c) SwapNibblePairs(qs + 32 * c, qs + 32 * c);
+}
+
+// WeightLayout::kScalePairs (matrix.h): the two Q4_0 or Q8_0 blocks at src (file layout, 2 *
+// QuantBlockBytes bytes) as one pair at dst: both f16 scales, then the quants in the qact order
+// (Q4_0: the two blocks' 16 nibble bytes; Q8_0: values 0..15 of both blocks, then 16..31 of both).
+// ScalePairToFile is its inverse.  src and dst must not overlap.
+inline void FileToScalePair(DType type, const std::byte* src, std::byte* dst) {
+  const int64_t kB = QuantBlockBytes(type);
+  std::memcpy(dst, src, 2);
+  std::memcpy(dst + 2, src + kB, 2);
+  std::memcpy(dst + 4, src + 2, 16);
+  std::memcpy(dst + 20, src + kB + 2, 16);
+  if (type == DType::kQ8_0) {
+    std::memcpy(dst + 36, src + 18, 16);
+    std::memcpy(dst + 52, src + kB + 18, 16);
+  }
+}
+inline void ScalePairToFile(DType type, const std::byte* src, std::byte* dst) {
+  const int64_t kB = QuantBlockBytes(type);
+  std::memcpy(dst, src, 2);
+  std::memcpy(dst + kB, src + 2, 2);
+  std::memcpy(dst + 2, src + 4, 16);
+  std::memcpy(dst + kB + 2, src + 20, 16);
+  if (type == DType::kQ8_0) {
+    std::memcpy(dst + 18, src + 36, 16);
+    std::memcpy(dst + kB + 18, src + 52, 16);
+  }
+}
+
+// `blocks` Q4_0 or Q8_0 blocks of a row from src to dst (not overlapping), pair by pair from the
+// first, into WeightLayout::kScalePairs or back to the file's layout; an unpaired last block is
+// copied as it is.
+inline void FileToScalePairs(DType type, const std::byte* src, int64_t blocks, std::byte* dst) {
+  const int64_t kB = QuantBlockBytes(type);
+  for (int64_t b = 0; b + 1 < blocks; b += 2) FileToScalePair(type, src + b * kB, dst + b * kB);
+  if (blocks % 2 != 0) {
+    std::memcpy(dst + (blocks - 1) * kB, src + (blocks - 1) * kB, static_cast<size_t>(kB));
+  }
+}
+inline void ScalePairsToFile(DType type, const std::byte* src, int64_t blocks, std::byte* dst) {
+  const int64_t kB = QuantBlockBytes(type);
+  for (int64_t b = 0; b + 1 < blocks; b += 2) ScalePairToFile(type, src + b * kB, dst + b * kB);
+  if (blocks % 2 != 0) {
+    std::memcpy(dst + (blocks - 1) * kB, src + (blocks - 1) * kB, static_cast<size_t>(kB));
+  }
+}
+
+// Blocks b and b + 1 (b even; b alone when it is the row's last of `blocks`) of a Q4_0 or Q8_0 row
+// in the file's layout: the row's own bytes for kFile, else converted into buf (2 *
+// QuantBlockBytes bytes).
+inline const std::byte* FileBlocks(DType type, WeightLayout layout, const std::byte* row,
+                                   int64_t blocks, int64_t b, std::byte* buf) {
+  const std::byte* at = row + b * QuantBlockBytes(type);
+  if (layout != WeightLayout::kScalePairs) return at;
+  ScalePairsToFile(type, at, b + 1 < blocks ? 2 : 1, buf);
+  return buf;
 }
 
 // A float stored as kF32, kF16 or kBF16 (MLX scales and biases).

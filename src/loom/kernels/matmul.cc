@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "hwy/targets.h"
 #include "loom/kernels/block_formats.h"
@@ -296,11 +297,20 @@ void MatMul(const MatrixView& w, const float* x, int64_t n, float* y, Workspace&
   MatMulMulti(std::span<const MatrixView>(&w, 1), x, n, ys, ws, pool);
 }
 
-WeightLayout PreferredLayout(DType type) {
-  if (type != DType::kQ4_K && type != DType::kQ5_K) return WeightLayout::kFile;
+WeightLayout PreferredLayout(DType type, int64_t cols) {
   const int64_t target = ActiveSimdTarget();
-  return target == HWY_AVX2 || target == HWY_AVX3 ? WeightLayout::kPairedNibbles
-                                                  : WeightLayout::kFile;
+  if (target != HWY_AVX2 && target != HWY_AVX3) return WeightLayout::kFile;
+  switch (type) {
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+      return WeightLayout::kPairedNibbles;
+    case DType::kQ4_0:
+    case DType::kQ8_0:
+      // Any split into at most kMaxKLeaves leaves then begins every leaf on a pair.
+      return cols % (2 * 32 * kMaxKLeaves) == 0 ? WeightLayout::kScalePairs : WeightLayout::kFile;
+    default:
+      return WeightLayout::kFile;
+  }
 }
 
 bool CopyRowsToLayout(DType type, int64_t cols, int64_t rows, WeightLayout from,
@@ -308,15 +318,37 @@ bool CopyRowsToLayout(DType type, int64_t cols, int64_t rows, WeightLayout from,
                       int64_t dst_stride) {
   const StatusOr<int64_t> row_bytes = RowBytes(type, cols);
   if (!row_bytes.ok()) return false;
-  const bool swap = from != to;
-  if (swap && type != DType::kQ4_K && type != DType::kQ5_K) return false;
+  // A conversion is between kFile and the one other layout the type has.
+  const WeightLayout other = from == WeightLayout::kFile ? to : from;
+  const bool nibbles =
+      other == WeightLayout::kPairedNibbles && (type == DType::kQ4_K || type == DType::kQ5_K);
+  const bool pairs =
+      other == WeightLayout::kScalePairs && (type == DType::kQ4_0 || type == DType::kQ8_0);
+  if (from != to &&
+      ((from != WeightLayout::kFile && to != WeightLayout::kFile) || (!nibbles && !pairs))) {
+    return false;
+  }
+  const int64_t blocks = cols / Traits(type).block_elems;
   const int64_t block_bytes = Traits(type).block_bytes;
+  std::vector<std::byte> row;
   for (int64_t r = 0; r < rows; ++r) {
     std::byte* out = dst + r * dst_stride;
     const std::byte* in = src + r * src_stride;
+    if (from != to && pairs) {  // pair by pair, from a copy of the row when converting in place
+      if (out == in) {
+        row.assign(in, in + *row_bytes);
+        in = row.data();
+      }
+      if (to == WeightLayout::kScalePairs) {
+        internal::FileToScalePairs(type, in, blocks, out);
+      } else {
+        internal::ScalePairsToFile(type, in, blocks, out);
+      }
+      continue;
+    }
     if (out != in) std::memcpy(out, in, static_cast<size_t>(*row_bytes));
-    if (!swap) continue;
-    for (int64_t b = 0; b < cols / internal::kQK; ++b) {
+    if (from == to) continue;
+    for (int64_t b = 0; b < blocks; ++b) {
       internal::SwapSuperBlockNibblePairs(type, out + b * block_bytes);
     }
   }

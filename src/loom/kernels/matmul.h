@@ -68,11 +68,14 @@ int64_t KLeaves(const MatrixView& w, int64_t full_cols);
 // leaves it holds when they form a whole subtree, else 1 (the slice's sum is then not canonical).
 int64_t SliceKLeaves(const MatrixView& w, int64_t full_cols, int64_t begin);
 
-// The layout (matrix.h) this CPU's kernels read `type` fastest in: kPairedNibbles for Q4_K and
-// Q5_K where the kernels run AVX2 (or AVX-512 without VNNI), whose decode then takes one shift per
-// 64 values instead of two variable shifts (docs/benchmarks.md, "Q4_K's nibbles re-paired");
-// kFile otherwise.  Asked when weights are copied into memory (model::PackMatrix).
-WeightLayout PreferredLayout(DType type);
+// The layout (matrix.h) this CPU's kernels read a matrix of `type` with `cols` columns fastest in,
+// where the kernels run AVX2 (or AVX-512 without VNNI): kPairedNibbles for Q4_K and Q5_K, whose
+// decode then takes one shift per 64 values instead of two variable shifts (docs/benchmarks.md,
+// "Q4_K's nibbles re-paired"); kScalePairs for Q4_0 and Q8_0 when cols is a multiple of 256 (every
+// leaf split then begins on a pair), which reads a pair's scales in one word and its quants in
+// whole 32-byte loads ("Q4_0 and Q8_0 scales in pairs").  kFile otherwise.  Asked when weights are
+// copied into memory (model::PackMatrix).
+WeightLayout PreferredLayout(DType type, int64_t cols);
 // Rows of `cols` values of `type` at src (layout `from`) written to dst (layout `to`), `rows` rows
 // each `src_stride` / `dst_stride` bytes apart (dst may be src, with equal strides).  Layouts other
 // than kFile exist only for the types PreferredLayout gives them to; any other conversion is a

@@ -1,6 +1,7 @@
 // Matrix products for quantized weights (Q8_0, Q4_0) with quantized activations (the "qact" layout
 // of kernels_internal.h): included once per SIMD target by matmul_q8_0.cc and matmul_q4_0.cc.
-// Weights are read block by block where they lie (a memory-mapped file); nothing is repacked.
+// Weights are read where they lie: in the file's layout (a memory-mapped file), or, copied on a CPU
+// whose kernels run AVX2, in WeightLayout::kScalePairs (matrix.h), which every path reads.
 //
 // AVX3_DL (AVX-512 with VNNI and VBMI): a row's group of 4 blocks (128 values) is decoded into two
 // 64-byte vectors of unsigned bytes in the qact order (vpermt2b gathers the quant bytes past the
@@ -219,8 +220,10 @@ HWY_INLINE LOOM_KERNELS_VNNI_ATTR void QuadStep(__m512 (&acc)[kActs], const Quad
 // y[a * y_stride + r] = dot(row r, activation row a) for r < rows_valid (<= 4), a < kActs; rows
 // past rows_valid repeat a valid row and are not stored.  With prefetch_offset != 0, also
 // prefetches the weights that far ahead of each row: rows of quantized weights are short (~1-3
-// KiB), too short for the hardware prefetchers to ramp up.
-template <DType kType, int kActs>
+// KiB), too short for the hardware prefetchers to ramp up.  kPairs: the rows in
+// WeightLayout::kScalePairs, which this target does not prefer (PreferredLayout): each group is
+// converted back to the file's layout first, for the same bits.
+template <DType kType, bool kPairs, int kActs>
 HWY_INLINE LOOM_KERNELS_VNNI_ATTR void QuadTile(const std::byte* const* rows, int rows_valid,
                                                 int64_t prefetch_offset, int64_t blocks,
                                                 const std::byte* xq, int64_t xq_stride, float* y,
@@ -228,6 +231,20 @@ HWY_INLINE LOOM_KERNELS_VNNI_ATTR void QuadTile(const std::byte* const* rows, in
   constexpr int64_t kGroupBytes = 4 * QuantBlockBytes(kType);
   __m512 acc[kActs];
   for (int a = 0; a < kActs; ++a) acc[a] = _mm512_setzero_ps();
+  // Group g of the quad as the file lays it out (blocks: how many it holds).
+  alignas(64) std::byte file[4][kGroupBytes];
+  const std::byte* file_rows[4] = {file[0], file[1], file[2], file[3]};
+  const auto group = [&](int64_t g, int64_t blocks_in_group, int64_t* at) {
+    if constexpr (!kPairs) {
+      *at = g;
+      return rows;
+    }
+    for (int r = 0; r < 4; ++r) {
+      internal::ScalePairsToFile(kType, rows[r] + g * kGroupBytes, blocks_in_group, file[r]);
+    }
+    *at = 0;
+    return static_cast<const std::byte* const*>(file_rows);
+  };
   const int64_t full = blocks / 4;
   for (int64_t g = 0; g < full; ++g) {
     if (prefetch_offset != 0) {
@@ -235,11 +252,15 @@ HWY_INLINE LOOM_KERNELS_VNNI_ATTR void QuadTile(const std::byte* const* rows, in
         PrefetchAhead<kGroupBytes>(rows[r] + g * kGroupBytes, prefetch_offset);
       }
     }
-    QuadStep<kActs>(acc, DecodeQuad<kType, false>(rows, g, 0), xq + g * internal::kQActGroupBytes,
+    int64_t at;
+    const std::byte* const* quad = group(g, 4, &at);
+    QuadStep<kActs>(acc, DecodeQuad<kType, false>(quad, at, 0), xq + g * internal::kQActGroupBytes,
                     xq_stride);
   }
   if (blocks % 4 != 0) {
-    QuadStep<kActs>(acc, DecodeQuad<kType, true>(rows, full, blocks % 4 * QuantBlockBytes(kType)),
+    int64_t at;
+    const std::byte* const* quad = group(full, blocks % 4, &at);
+    QuadStep<kActs>(acc, DecodeQuad<kType, true>(quad, at, blocks % 4 * QuantBlockBytes(kType)),
                     xq + full * internal::kQActGroupBytes, xq_stride);
   }
   for (int a = 0; a < kActs; ++a) {
@@ -260,9 +281,10 @@ inline constexpr int kTileActs = 8;
 
 #if HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
 
-template <DType kType>
-LOOM_KERNELS_QUAD_ATTR void QuantRows(const MatrixView& w, int64_t row_begin, int64_t row_end,
-                                      const std::byte* xq, int64_t n, float* y, int64_t y_stride) {
+template <DType kType, bool kPairs>
+LOOM_KERNELS_QUAD_ATTR void QuantRowsIn(const MatrixView& w, int64_t row_begin, int64_t row_end,
+                                        const std::byte* xq, int64_t n, float* y,
+                                        int64_t y_stride) {
   const int64_t blocks = w.cols / 32;
   const int64_t xq_stride = internal::QActRowBytes(w.cols);
   const int64_t prefetch_offset = QuadPrefetchRows(blocks * QuantBlockBytes(kType)) * w.row_stride;
@@ -281,22 +303,33 @@ LOOM_KERNELS_QUAD_ATTR void QuantRows(const MatrixView& w, int64_t row_begin, in
       int64_t prefetch = prefetch_offset;
       int64_t i = i0;
       for (; i + kTileActs <= i1; i += kTileActs) {
-        QuadTile<kType, kTileActs>(rows, rows_valid, prefetch, blocks, xq + i * xq_stride,
-                                   xq_stride, y + i * y_stride + r, y_stride);
+        QuadTile<kType, kPairs, kTileActs>(rows, rows_valid, prefetch, blocks, xq + i * xq_stride,
+                                           xq_stride, y + i * y_stride + r, y_stride);
         prefetch = 0;
       }
       if (i + kTileActs / 2 <= i1) {
-        QuadTile<kType, kTileActs / 2>(rows, rows_valid, prefetch, blocks, xq + i * xq_stride,
-                                       xq_stride, y + i * y_stride + r, y_stride);
+        QuadTile<kType, kPairs, kTileActs / 2>(rows, rows_valid, prefetch, blocks,
+                                               xq + i * xq_stride, xq_stride, y + i * y_stride + r,
+                                               y_stride);
         prefetch = 0;
         i += kTileActs / 2;
       }
       for (; i < i1; ++i) {
-        QuadTile<kType, 1>(rows, rows_valid, prefetch, blocks, xq + i * xq_stride, xq_stride,
-                           y + i * y_stride + r, y_stride);
+        QuadTile<kType, kPairs, 1>(rows, rows_valid, prefetch, blocks, xq + i * xq_stride,
+                                   xq_stride, y + i * y_stride + r, y_stride);
         prefetch = 0;
       }
     }
+  }
+}
+
+template <DType kType>
+void QuantRows(const MatrixView& w, int64_t row_begin, int64_t row_end, const std::byte* xq,
+               int64_t n, float* y, int64_t y_stride) {
+  if (w.layout == WeightLayout::kScalePairs) {
+    QuantRowsIn<kType, true>(w, row_begin, row_end, xq, n, y, y_stride);
+  } else {
+    QuantRowsIn<kType, false>(w, row_begin, row_end, xq, n, y, y_stride);
   }
 }
 
@@ -312,15 +345,25 @@ bool QuantLeafRows(const MatrixView& w, int64_t leaves, int64_t row_begin, int64
   const int64_t blocks = w.cols / leaves / 32;  // per leaf
   const int64_t leaf_bytes = blocks * QuantBlockBytes(kType);
   const int64_t row_bytes = leaves * leaf_bytes;
-  LeafQuads(
-      w, leaves, row_bytes, row_begin, row_end, QuadPrefetchRows(row_bytes),
-      [&](int64_t r, int rows_valid, int64_t l, const std::byte* const* rows, PrefetchRun run)
-          __attribute__((always_inline)) {
-            const int64_t offset =
-                static_cast<int64_t>(run.begin - reinterpret_cast<uintptr_t>(rows[0]));
-            QuadTile<kType, 1>(rows, rows_valid, run.bytes > 0 ? offset : 0, blocks,
-                               xq + l * xq_stride, 0, parts[l] + r, 0, run.bytes);
-          });
+  const auto run_leaves = [&](auto pairs) {
+    LeafQuads(
+        w, leaves, row_bytes, row_begin, row_end, QuadPrefetchRows(row_bytes),
+        [&](int64_t r, int rows_valid, int64_t l, const std::byte* const* rows, PrefetchRun run)
+            __attribute__((always_inline)) {
+              const int64_t offset =
+                  static_cast<int64_t>(run.begin - reinterpret_cast<uintptr_t>(rows[0]));
+              QuadTile<kType, decltype(pairs)::value, 1>(
+                  rows, rows_valid, run.bytes > 0 ? offset : 0, blocks, xq + l * xq_stride, 0,
+                  parts[l] + r, 0, run.bytes);
+            });
+  };
+  if (w.layout != WeightLayout::kScalePairs) {
+    run_leaves(std::false_type{});
+  } else if (blocks % 2 == 0) {  // every leaf begins on a pair
+    run_leaves(std::true_type{});
+  } else {
+    return false;
+  }
   return true;
 #else
   (void)w, (void)leaves, (void)row_begin, (void)row_end, (void)xq, (void)xq_stride, (void)parts;
@@ -334,7 +377,8 @@ bool QuantLeafRows(const MatrixView& w, int64_t leaves, int64_t row_begin, int64
 // dot(weight row, activation row) block by block: exact integer sums per lane, scaled by
 // d_w * d_x in f32 lanes; one horizontal sum per row.
 template <DType kType>
-HWY_INLINE float QuantDotPortable(const std::byte* row, int64_t blocks, const std::byte* xq) {
+HWY_INLINE float QuantDotPortable(const std::byte* row, WeightLayout layout, int64_t blocks,
+                                  const std::byte* xq) {
   const hn::CappedTag<int16_t, 16> d16;
   const hn::Repartition<int32_t, decltype(d16)> d32;
   const hn::Rebind<float, decltype(d32)> df;
@@ -343,14 +387,17 @@ HWY_INLINE float QuantDotPortable(const std::byte* row, int64_t blocks, const st
   const hn::Rebind<int8_t, decltype(d16)> di8;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d16));
   auto acc = hn::Zero(df);
+  std::byte pair[2 * QuantBlockBytes(kType)];
+  const std::byte* file = nullptr;  // blocks b & ~1.. in the file's layout
   for (int64_t b = 0; b < blocks; ++b) {
+    if (b % 2 == 0) file = internal::FileBlocks(kType, layout, row, blocks, b, pair);
     const std::byte* x = xq + b / 4 * internal::kQActGroupBytes;
     const int64_t s = b % 4;
     const int8_t* x_lo = reinterpret_cast<const int8_t*>(x + internal::kQActLo + 16 * s);
     const int8_t* x_hi = reinterpret_cast<const int8_t*>(x + internal::kQActHi + 16 * s);
     float dx;
     std::memcpy(&dx, x + internal::kQActScale + 16 * s, sizeof(dx));
-    const std::byte* blk = row + b * QuantBlockBytes(kType);
+    const std::byte* blk = file + b % 2 * QuantBlockBytes(kType);
     auto sum0 = hn::Zero(d32);
     auto sum1 = hn::Zero(d32);
     for (int64_t c = 0; c < 16; c += lanes) {
@@ -385,7 +432,7 @@ void QuantRows(const MatrixView& w, int64_t row_begin, int64_t row_end, const st
   for (int64_t r = row_begin; r < row_end; ++r) {
     const std::byte* row = w.data + r * w.row_stride;
     for (int64_t i = 0; i < n; ++i) {
-      y[i * y_stride + r] = QuantDotPortable<kType>(row, blocks, xq + i * xq_stride);
+      y[i * y_stride + r] = QuantDotPortable<kType>(row, w.layout, blocks, xq + i * xq_stride);
     }
   }
 }

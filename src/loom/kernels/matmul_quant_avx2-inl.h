@@ -42,20 +42,27 @@ inline constexpr int kTileActs = 4;
 
 // Half h of one row's group (at p), as bytes in the qact order: blocks 2h, 2h + 1 in the two
 // 128-bit lanes, values 0..15 in lo, 16..31 in hi.  Q4_0: unsigned nibbles (q + 8); Q8_0: the
-// signed quants.
-template <DType kType>
+// signed quants.  kPairs: the group in WeightLayout::kScalePairs, whose pair h holds exactly these
+// bytes after its scales (one 32-byte load each instead of two 16-byte loads and an insert).
+template <DType kType, bool kPairs>
 HWY_INLINE void DecodeHalf(const std::byte* p, int h, __m256i* lo, __m256i* hi) {
   constexpr int64_t kB = internal::QuantBlockBytes(kType);
-  const std::byte* b0 = p + 2 * h * kB + 2;  // quants of block 2h
-  const std::byte* b1 = b0 + kB;             // of block 2h + 1
   const auto load = [](const std::byte* q) {
     return _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
   };
+  const auto load256 = [](const std::byte* q) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
+  };
+  const std::byte* b0 = p + 2 * h * kB + (kPairs ? 4 : 2);  // quants of block 2h (pair h)
+  const std::byte* b1 = b0 + kB;                            // of block 2h + 1 (file)
   if constexpr (kType == DType::kQ4_0) {
-    const __m256i bytes = _mm256_set_m128i(load(b1), load(b0));
+    const __m256i bytes = kPairs ? load256(b0) : _mm256_set_m128i(load(b1), load(b0));
     const __m256i nibble = _mm256_set1_epi8(0x0F);
     *lo = _mm256_and_si256(bytes, nibble);
     *hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble);
+  } else if constexpr (kPairs) {
+    *lo = load256(b0);
+    *hi = load256(b0 + 32);
   } else {
     *lo = _mm256_set_m128i(load(b1), load(b0));
     *hi = _mm256_set_m128i(load(b1 + 16), load(b0 + 16));
@@ -63,32 +70,49 @@ HWY_INLINE void DecodeHalf(const std::byte* p, int h, __m256i* lo, __m256i* hi) 
 }
 
 // f32 lane 4s + r: the scale of block 2h + s of row r (groups[r] = row r's group).
-template <DType kType>
+template <DType kType, bool kPairs>
 HWY_INLINE __m256 HalfScales(const std::byte* const* groups, int h) {
   constexpr int64_t kB = internal::QuantBlockBytes(kType);
-  uint64_t s0 = 0, s1 = 0;
-  for (int r = 0; r < 4; ++r) {
-    uint64_t w0 = internal::LoadU16(groups[r] + 2 * h * kB);
-    uint64_t w1 = internal::LoadU16(groups[r] + (2 * h + 1) * kB);
-    // Kept in general registers: GCC otherwise packs these loads, shifts and ors into a dozen
-    // vector shuffles per half (measured: 132 vector instructions per group instead of ~110),
-    // while the integer units are idle.
-    asm("" : "+r"(w0), "+r"(w1));
-    s0 |= w0 << (16 * r);
-    s1 |= w1 << (16 * r);
+  // Kept in general registers: GCC otherwise packs these loads, shifts and ors into a dozen
+  // vector shuffles per half (measured: 132 vector instructions per group instead of ~110),
+  // while the integer units are idle.
+  if constexpr (kPairs) {
+    // Row r's two scales are one 32-bit word: words (r, s) in row order, then one byte shuffle
+    // to the lane order.
+    const auto word = [&](int r) {
+      uint32_t v;
+      std::memcpy(&v, groups[r] + 2 * h * kB, sizeof(v));
+      return uint64_t{v};
+    };
+    uint64_t r01 = word(0) | word(1) << 32;
+    uint64_t r23 = word(2) | word(3) << 32;
+    asm("" : "+r"(r01), "+r"(r23));
+    // (_mm_set_epi64x went through the stack: a store-forwarding stall per half.)
+    const __m128i rows = _mm_unpacklo_epi64(_mm_cvtsi64_si128(static_cast<int64_t>(r01)),
+                                            _mm_cvtsi64_si128(static_cast<int64_t>(r23)));
+    const __m128i order = _mm_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
+    return _mm256_cvtph_ps(_mm_shuffle_epi8(rows, order));
+  } else {
+    uint64_t s0 = 0, s1 = 0;
+    for (int r = 0; r < 4; ++r) {
+      uint64_t w0 = internal::LoadU16(groups[r] + 2 * h * kB);
+      uint64_t w1 = internal::LoadU16(groups[r] + (2 * h + 1) * kB);
+      asm("" : "+r"(w0), "+r"(w1));
+      s0 |= w0 << (16 * r);
+      s1 |= w1 << (16 * r);
+    }
+    return _mm256_cvtph_ps(_mm_set_epi64x(static_cast<int64_t>(s1), static_cast<int64_t>(s0)));
   }
-  return _mm256_cvtph_ps(
-      _mm_set_epi64x(static_cast<int64_t>(s1), static_cast<int64_t>(s0)));
 }
 
 // acc[a][h] (lane 4s + r) += half h of the products of the quad's group (groups[r]) with the
 // qact group of activation row a (at x + a * xq_stride).
-template <DType kType, int kActs>
+template <DType kType, bool kPairs, int kActs>
 HWY_INLINE void HalfStep(__m256 (&acc)[kActs][2], int h, const std::byte* const* groups,
                          const std::byte* x, int64_t xq_stride) {
   __m256i lo[4], hi[4];
-  for (int r = 0; r < 4; ++r) DecodeHalf<kType>(groups[r], h, &lo[r], &hi[r]);
-  const __m256 d = HalfScales<kType>(groups, h);
+  for (int r = 0; r < 4; ++r) DecodeHalf<kType, kPairs>(groups[r], h, &lo[r], &hi[r]);
+  const __m256 d = HalfScales<kType, kPairs>(groups, h);
   const __m256i ones = _mm256_set1_epi16(1);
   for (int a = 0; a < kActs; ++a) {
     const std::byte* xa = x + a * xq_stride;
@@ -138,8 +162,9 @@ HWY_INLINE void HalfStep(__m256 (&acc)[kActs][2], int h, const std::byte* const*
 // y[a * y_stride + r] = dot(row r, activation row a) for r < rows_valid (<= 4), a < kActs; rows
 // past rows_valid repeat a valid row and are not stored.  With prefetch_offset != 0, also
 // prefetches the quad that far ahead, as one run (RegionPrefetcher), or, with prefetch_bytes > 0,
-// the prefetch_bytes at rows[0] + prefetch_offset (a leaf's share: LeafQuads).
-template <DType kType, int kActs>
+// the prefetch_bytes at rows[0] + prefetch_offset (a leaf's share: LeafQuads).  kPairs: the rows
+// in WeightLayout::kScalePairs.
+template <DType kType, bool kPairs, int kActs>
 HWY_INLINE void QuadTile(const std::byte* const* rows, int rows_valid, int64_t prefetch_offset,
                          int64_t blocks, const std::byte* xq, int64_t xq_stride, float* y,
                          int64_t y_stride, int64_t prefetch_bytes = 0) {
@@ -163,26 +188,36 @@ HWY_INLINE void QuadTile(const std::byte* const* rows, int rows_valid, int64_t p
       if (pass == 0) prefetcher.Next();
       const std::byte* x = xq + g * internal::kQActGroupBytes;
       if constexpr (kHalfPasses == 1) {
-        HalfStep<kType, kActs>(acc, 0, groups, x, xq_stride);
-        HalfStep<kType, kActs>(acc, 1, groups, x, xq_stride);
+        HalfStep<kType, kPairs, kActs>(acc, 0, groups, x, xq_stride);
+        HalfStep<kType, kPairs, kActs>(acc, 1, groups, x, xq_stride);
       } else {
-        HalfStep<kType, kActs>(acc, pass, groups, x, xq_stride);
+        HalfStep<kType, kPairs, kActs>(acc, pass, groups, x, xq_stride);
       }
     }
   }
   if (blocks % 4 != 0) {
     // The last partial group from zero-padded copies (nothing past a row is read): missing blocks
-    // have zero scales, and their activations are zero.
+    // have zero scales, and their activations are zero.  kPairs: a row's unpaired last block (as
+    // in the file) becomes the first half of a pair.
+    constexpr int64_t kB = internal::QuantBlockBytes(kType);
     alignas(32) std::byte tail[4][kGroupBytes] = {};
     const std::byte* groups[4];
     groups_of(full, groups);
+    const int64_t left = blocks % 4;
     for (int r = 0; r < 4; ++r) {
-      std::memcpy(tail[r], groups[r], static_cast<size_t>(blocks % 4 * internal::QuantBlockBytes(kType)));
+      if (kPairs && left % 2 != 0) {
+        alignas(32) std::byte last[2 * kB] = {};
+        std::memcpy(tail[r], groups[r], static_cast<size_t>((left - 1) * kB));
+        std::memcpy(last, groups[r] + (left - 1) * kB, static_cast<size_t>(kB));
+        internal::FileToScalePair(kType, last, tail[r] + (left - 1) * kB);
+      } else {
+        std::memcpy(tail[r], groups[r], static_cast<size_t>(left * kB));
+      }
       groups[r] = tail[r];
     }
     const std::byte* x = xq + full * internal::kQActGroupBytes;
-    HalfStep<kType, kActs>(acc, 0, groups, x, xq_stride);
-    HalfStep<kType, kActs>(acc, 1, groups, x, xq_stride);
+    HalfStep<kType, kPairs, kActs>(acc, 0, groups, x, xq_stride);
+    HalfStep<kType, kPairs, kActs>(acc, 1, groups, x, xq_stride);
   }
   for (int a = 0; a < kActs; ++a) {
     StoreQuadRows256(acc[a][0], acc[a][1], rows_valid, y + a * y_stride);

@@ -19,6 +19,12 @@ enum class WeightLayout : uint8_t {
   // 2c + 1 (the file pairs value l of 2c with value l of 2c + 1).  SwapNibblePairs
   // (block_formats.h) converts either way.  Q5_K's qh is unchanged.
   kPairedNibbles,
+  // Q4_0 and Q8_0: each row's blocks in pairs from its first column, a pair (2 * 32 values, the
+  // bytes of two blocks) holding both f16 scales and then the quants in the qact order (Q4_0: the
+  // two blocks' nibble bytes; Q8_0: values 0..15 of both blocks, then 16..31 of both); a row's
+  // last block, when unpaired, as in the file.  FileToScalePair (block_formats.h) converts.  Column
+  // ranges must begin on a pair (ColRangeOk).
+  kScalePairs,
 };
 
 // Row-major W with `rows` output features and `cols` input features, stored in `type`; row r starts
@@ -38,7 +44,8 @@ struct MatrixView {
   int64_t group_size = 0;             // values per group: 32, 64 or 128
   // The product sums its cols as this many equal column slices ("leaves"), each reduced on its
   // own and then added in a fixed balanced tree (kernels/matmul.h, KLeaves): 1 for most matrices.
-  // A value that does not cut cols into at most kMaxKLeaves slices of whole blocks counts as 1.
+  // A value that does not cut cols into at most kMaxKLeaves slices of whole blocks (kScalePairs:
+  // whole pairs of blocks, ColRangeOk) counts as 1.
   int64_t k_leaves = 1;
   WeightLayout layout = WeightLayout::kFile;
 
@@ -70,6 +77,10 @@ struct MatrixView {
     const int64_t b = Traits(type).block_elems;
     if (begin < 0 || count < 0 || begin + count > cols || begin % b != 0 || count % b != 0) {
       return false;
+    }
+    if (layout == WeightLayout::kScalePairs &&
+        (begin % (2 * b) != 0 || (count % (2 * b) != 0 && begin + count != cols))) {
+      return false;  // a slice would cut a pair of blocks
     }
     if (IsMlx(type)) {  // whole groups (block_elems = 32 values = whole 32-bit words)
       return group_size > 0 && begin % group_size == 0 && count % group_size == 0;

@@ -36,18 +36,18 @@ void QuantizeActivations(const float* x, int64_t n, int8_t* q, float* d) {
 float DotQuantizedRow(const MatrixView& w, int64_t row, const int8_t* q, const float* d) {
   const std::byte* p = w.data + row * w.row_stride;
   const int64_t blocks = w.cols / kQ8Block;
+  std::byte pair[2 * internal::kQ8_0BlockBytes];
+  const std::byte* file = nullptr;  // blocks b & ~1.. in the file's layout
   float sum = 0.0f;
   for (int64_t b = 0; b < blocks; ++b) {
     const int8_t* qx = q + b * kQ8Block;
+    if (b % 2 == 0) file = internal::FileBlocks(w.type, w.layout, p, blocks, b, pair);
+    const std::byte* blk = file + b % 2 * internal::QuantBlockBytes(w.type);
+    const float dw = base::F16ToF32(LoadU16(blk));
     int32_t isum = 0;
-    float dw = 0.0f;
     if (w.type == DType::kQ8_0) {
-      const std::byte* blk = p + b * 34;
-      dw = base::F16ToF32(LoadU16(blk));
       for (int j = 0; j < 32; ++j) isum += static_cast<int8_t>(blk[2 + j]) * qx[j];
     } else {  // kQ4_0
-      const std::byte* blk = p + b * 18;
-      dw = base::F16ToF32(LoadU16(blk));
       for (int j = 0; j < 16; ++j) {
         const int v = static_cast<int>(blk[2 + j]);
         isum += ((v & 0x0F) - 8) * qx[j] + ((v >> 4) - 8) * qx[j + 16];
@@ -71,16 +71,19 @@ void DequantizeRow(const MatrixView& w, int64_t row, float* out) {
       for (int64_t i = 0; i < w.cols; ++i) out[i] = base::Bf16ToF32(LoadU16(p + 2 * i));
       return;
     case DType::kQ8_0:
-      for (int64_t b = 0; b < w.cols / 32; ++b) {
-        const std::byte* blk = p + b * 34;
+    case DType::kQ4_0: {
+      const int64_t blocks = w.cols / 32;
+      const int64_t kB = internal::QuantBlockBytes(w.type);
+      std::byte pair[2 * internal::kQ8_0BlockBytes];
+      const std::byte* file = nullptr;  // blocks b & ~1.. in the file's layout
+      for (int64_t b = 0; b < blocks; ++b) {
+        if (b % 2 == 0) file = internal::FileBlocks(w.type, w.layout, p, blocks, b, pair);
+        const std::byte* blk = file + b % 2 * kB;
         const float dw = base::F16ToF32(LoadU16(blk));
-        for (int j = 0; j < 32; ++j) out[b * 32 + j] = dw * static_cast<int8_t>(blk[2 + j]);
-      }
-      return;
-    case DType::kQ4_0:
-      for (int64_t b = 0; b < w.cols / 32; ++b) {
-        const std::byte* blk = p + b * 18;
-        const float dw = base::F16ToF32(LoadU16(blk));
+        if (w.type == DType::kQ8_0) {
+          for (int j = 0; j < 32; ++j) out[b * 32 + j] = dw * static_cast<int8_t>(blk[2 + j]);
+          continue;
+        }
         for (int j = 0; j < 16; ++j) {
           const int v = static_cast<int>(blk[2 + j]);
           out[b * 32 + j] = dw * static_cast<float>((v & 0x0F) - 8);
@@ -88,6 +91,7 @@ void DequantizeRow(const MatrixView& w, int64_t row, float* out) {
         }
       }
       return;
+    }
     case DType::kQ4_K:
     case DType::kQ5_K:
       if (w.layout == WeightLayout::kPairedNibbles) {

@@ -207,14 +207,15 @@ TEST(ShardExactTest, TensorParallelLogitsEqualOneProcessBitForBit) {
       RunTensorParallel(**file, ranks, &got);
       EXPECT_EQ(got, want) << "tp=" << ranks;
     }
-    // Copied weights take the layout this CPU's kernels read fastest (Q4_K and Q5_K on AVX2:
-    // kernels::WeightLayout::kPairedNibbles, the ranks' column slices too) and the same bits.
+    // Copied weights take the layout this CPU's kernels read fastest (on AVX2: Q4_K and Q5_K in
+    // kernels::WeightLayout::kPairedNibbles, Q4_0 and Q8_0 in kScalePairs; the ranks' column
+    // slices too) and give the same bits.
     EXPECT_EQ(WholeModelLogits(**file, /*copy=*/true), want) << "copied";
     auto w = BindWeights(**file);
     ASSERT_TRUE(w.ok());
     ASSERT_TRUE(CopyMatricesToMemory(&*w).ok());
-    EXPECT_EQ(w->layers[0].wq.layout, kernels::PreferredLayout(c.type));
-    EXPECT_EQ(w->layers[0].w_down.layout, kernels::PreferredLayout(c.type));
+    EXPECT_EQ(w->layers[0].wq.layout, kernels::PreferredLayout(c.type, c.dim));
+    EXPECT_EQ(w->layers[0].w_down.layout, kernels::PreferredLayout(c.type, c.ffn));
   }
 }
 

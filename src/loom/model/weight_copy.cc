@@ -71,7 +71,7 @@ int64_t PackedMatrixBytes(const kernels::MatrixView& m) {
 
 void PackMatrix(kernels::MatrixView* m, std::byte* dst) {
   const int64_t row_bytes = ValueRowBytes(*m);
-  const kernels::WeightLayout layout = kernels::PreferredLayout(m->type);
+  const kernels::WeightLayout layout = kernels::PreferredLayout(m->type, m->cols);
   if (layout != m->layout &&
       kernels::CopyRowsToLayout(m->type, m->cols, m->rows, m->layout, m->data, m->row_stride,
                                 layout, dst, row_bytes)) {
