@@ -2,6 +2,7 @@
 // the quantizers and the SIMD kernels.  Not for use outside the kernels layer.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -72,61 +73,58 @@ inline void SwapSuperBlockNibblePairs(DType type, std::byte* blk) {
   for (int c = 0; c < 4; ++c) SwapNibblePairs(qs + 32 * c, qs + 32 * c);
 }
 
-// WeightLayout::kScalePairs (matrix.h): the two Q4_0 or Q8_0 blocks at src (file layout, 2 *
-// QuantBlockBytes bytes) as one pair at dst: both f16 scales, then the quants in the qact order
-// (Q4_0: the two blocks' 16 nibble bytes; Q8_0: values 0..15 of both blocks, then 16..31 of both).
-// ScalePairToFile is its inverse.  src and dst must not overlap.
-inline void FileToScalePair(DType type, const std::byte* src, std::byte* dst) {
+// WeightLayout::kScalePairs (matrix.h) from the file's layout (to_pairs) or back, in place: the
+// `blocks` Q4_0 or Q8_0 blocks at p, a pair (2 * QuantBlockBytes bytes) at a time from the first;
+// an unpaired last block is left as it is.  A pair holds both f16 scales, then the quants in the
+// qact order (Q4_0: the two blocks' 16 nibble bytes; Q8_0: values 0..15 of both blocks, then
+// 16..31 of both).
+inline void ConvertScalePairs(DType type, bool to_pairs, std::byte* p, int64_t blocks) {
   const int64_t kB = QuantBlockBytes(type);
-  std::memcpy(dst, src, 2);
-  std::memcpy(dst + 2, src + kB, 2);
-  std::memcpy(dst + 4, src + 2, 16);
-  std::memcpy(dst + 20, src + kB + 2, 16);
-  if (type == DType::kQ8_0) {
-    std::memcpy(dst + 36, src + 18, 16);
-    std::memcpy(dst + 52, src + kB + 18, 16);
-  }
-}
-inline void ScalePairToFile(DType type, const std::byte* src, std::byte* dst) {
-  const int64_t kB = QuantBlockBytes(type);
-  std::memcpy(dst, src, 2);
-  std::memcpy(dst + kB, src + 2, 2);
-  std::memcpy(dst + 2, src + 4, 16);
-  std::memcpy(dst + kB + 2, src + 20, 16);
-  if (type == DType::kQ8_0) {
-    std::memcpy(dst + 18, src + 36, 16);
-    std::memcpy(dst + kB + 18, src + 52, 16);
-  }
-}
-
-// `blocks` Q4_0 or Q8_0 blocks of a row from src to dst (not overlapping), pair by pair from the
-// first, into WeightLayout::kScalePairs or back to the file's layout; an unpaired last block is
-// copied as it is.
-inline void FileToScalePairs(DType type, const std::byte* src, int64_t blocks, std::byte* dst) {
-  const int64_t kB = QuantBlockBytes(type);
-  for (int64_t b = 0; b + 1 < blocks; b += 2) FileToScalePair(type, src + b * kB, dst + b * kB);
-  if (blocks % 2 != 0) {
-    std::memcpy(dst + (blocks - 1) * kB, src + (blocks - 1) * kB, static_cast<size_t>(kB));
-  }
-}
-inline void ScalePairsToFile(DType type, const std::byte* src, int64_t blocks, std::byte* dst) {
-  const int64_t kB = QuantBlockBytes(type);
-  for (int64_t b = 0; b + 1 < blocks; b += 2) ScalePairToFile(type, src + b * kB, dst + b * kB);
-  if (blocks % 2 != 0) {
-    std::memcpy(dst + (blocks - 1) * kB, src + (blocks - 1) * kB, static_cast<size_t>(kB));
+  struct Move {
+    int64_t pair, file, bytes;  // where bytes of the pair and of its two file blocks lie
+  };
+  const Move moves[] = {{0, 0, 2},        {2, kB, 2},   {4, 2, 16},
+                        {20, kB + 2, 16}, {36, 18, 16}, {52, kB + 18, 16}};
+  const int count = type == DType::kQ8_0 ? 6 : 4;
+  for (int64_t b = 0; b + 1 < blocks; b += 2) {
+    std::byte* at = p + b * kB;
+    std::byte in[2 * kQ8_0BlockBytes];
+    std::memcpy(in, at, static_cast<size_t>(2 * kB));
+    for (int i = 0; i < count; ++i) {
+      const Move& m = moves[i];
+      if (to_pairs) {
+        std::memcpy(at + m.pair, in + m.file, static_cast<size_t>(m.bytes));
+      } else {
+        std::memcpy(at + m.file, in + m.pair, static_cast<size_t>(m.bytes));
+      }
+    }
   }
 }
 
-// Blocks b and b + 1 (b even; b alone when it is the row's last of `blocks`) of a Q4_0 or Q8_0 row
-// in the file's layout: the row's own bytes for kFile, else converted into buf (2 *
-// QuantBlockBytes bytes).
-inline const std::byte* FileBlocks(DType type, WeightLayout layout, const std::byte* row,
-                                   int64_t blocks, int64_t b, std::byte* buf) {
-  const std::byte* at = row + b * QuantBlockBytes(type);
-  if (layout != WeightLayout::kScalePairs) return at;
-  ScalePairsToFile(type, at, b + 1 < blocks ? 2 : 1, buf);
-  return buf;
-}
+// Block b of a Q4_0 or Q8_0 row in the file's layout, for b = 0, 1, 2, .. in order: the row's own
+// bytes (kFile), or its pair converted back into a buffer of the reader's (kScalePairs).
+class FileBlockReader {
+ public:
+  FileBlockReader(DType type, WeightLayout layout, const std::byte* row, int64_t blocks)
+      : type_(type), pairs_(layout == WeightLayout::kScalePairs), row_(row), blocks_(blocks) {}
+  const std::byte* Block(int64_t b) {
+    const int64_t kB = QuantBlockBytes(type_);
+    if (!pairs_) return row_ + b * kB;
+    if (b % 2 == 0) {
+      const int64_t n = std::min<int64_t>(2, blocks_ - b);
+      std::memcpy(pair_, row_ + b * kB, static_cast<size_t>(n * kB));
+      ConvertScalePairs(type_, /*to_pairs=*/false, pair_, n);
+    }
+    return pair_ + b % 2 * kB;
+  }
+
+ private:
+  DType type_;
+  bool pairs_;
+  const std::byte* row_;
+  int64_t blocks_;
+  std::byte pair_[2 * kQ8_0BlockBytes];
+};
 
 // A float stored as kF32, kF16 or kBF16 (MLX scales and biases).
 inline float LoadScalar(DType type, const std::byte* p) {

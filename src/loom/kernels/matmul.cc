@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <vector>
 
 #include "hwy/targets.h"
 #include "loom/kernels/block_formats.h"
@@ -330,24 +329,15 @@ bool CopyRowsToLayout(DType type, int64_t cols, int64_t rows, WeightLayout from,
   }
   const int64_t blocks = cols / Traits(type).block_elems;
   const int64_t block_bytes = Traits(type).block_bytes;
-  std::vector<std::byte> row;
   for (int64_t r = 0; r < rows; ++r) {
     std::byte* out = dst + r * dst_stride;
     const std::byte* in = src + r * src_stride;
-    if (from != to && pairs) {  // pair by pair, from a copy of the row when converting in place
-      if (out == in) {
-        row.assign(in, in + *row_bytes);
-        in = row.data();
-      }
-      if (to == WeightLayout::kScalePairs) {
-        internal::FileToScalePairs(type, in, blocks, out);
-      } else {
-        internal::ScalePairsToFile(type, in, blocks, out);
-      }
-      continue;
-    }
     if (out != in) std::memcpy(out, in, static_cast<size_t>(*row_bytes));
     if (from == to) continue;
+    if (pairs) {
+      internal::ConvertScalePairs(type, to == WeightLayout::kScalePairs, out, blocks);
+      continue;
+    }
     for (int64_t b = 0; b < blocks; ++b) {
       internal::SwapSuperBlockNibblePairs(type, out + b * block_bytes);
     }

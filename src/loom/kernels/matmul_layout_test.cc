@@ -198,7 +198,8 @@ TEST(WeightLayoutTest, ScalePairsHoldBothScalesThenTheQuants) {
     std::vector<std::byte> file(static_cast<size_t>(3 * kB)), pairs(file.size()), back(file.size());
     for (size_t i = 0; i < file.size(); ++i) file[i] = static_cast<std::byte>(i * 7 + 1);
     const auto at = [&](int64_t block, int64_t byte) { return file[block * kB + byte]; };
-    internal::FileToScalePairs(type, file.data(), 3, pairs.data());
+    pairs = file;
+    internal::ConvertScalePairs(type, /*to_pairs=*/true, pairs.data(), 3);
     EXPECT_EQ(pairs[0], at(0, 0));
     EXPECT_EQ(pairs[1], at(0, 1));
     EXPECT_EQ(pairs[2], at(1, 0));
@@ -209,7 +210,8 @@ TEST(WeightLayoutTest, ScalePairsHoldBothScalesThenTheQuants) {
       EXPECT_EQ(pairs[4 + 32 * half + 16 + l], at(1, 2 + j)) << j;
     }
     EXPECT_EQ(std::memcmp(pairs.data() + 2 * kB, file.data() + 2 * kB, kB), 0);
-    internal::ScalePairsToFile(type, pairs.data(), 3, back.data());
+    back = pairs;
+    internal::ConvertScalePairs(type, /*to_pairs=*/false, back.data(), 3);
     EXPECT_EQ(back, file);
   }
 }

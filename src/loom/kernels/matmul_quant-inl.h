@@ -36,6 +36,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <type_traits>
 
 #include "hwy/highway.h"
 #include "loom/base/half.h"
@@ -231,19 +232,17 @@ HWY_INLINE LOOM_KERNELS_VNNI_ATTR void QuadTile(const std::byte* const* rows, in
   constexpr int64_t kGroupBytes = 4 * QuantBlockBytes(kType);
   __m512 acc[kActs];
   for (int a = 0; a < kActs; ++a) acc[a] = _mm512_setzero_ps();
-  // Group g of the quad as the file lays it out (blocks: how many it holds).
+  // Group g of the quad's rows converted back to the file's layout (kPairs; blocks: how many it
+  // holds), read as group 0.
   alignas(64) std::byte file[4][kGroupBytes];
-  const std::byte* file_rows[4] = {file[0], file[1], file[2], file[3]};
-  const auto group = [&](int64_t g, int64_t blocks_in_group, int64_t* at) {
-    if constexpr (!kPairs) {
-      *at = g;
-      return rows;
-    }
+  const std::byte* const file_rows[4] = {file[0], file[1], file[2], file[3]};
+  const auto file_group = [&](int64_t g, int64_t blocks_in_group) {
     for (int r = 0; r < 4; ++r) {
-      internal::ScalePairsToFile(kType, rows[r] + g * kGroupBytes, blocks_in_group, file[r]);
+      std::memcpy(file[r], rows[r] + g * kGroupBytes,
+                  static_cast<size_t>(blocks_in_group * QuantBlockBytes(kType)));
+      internal::ConvertScalePairs(kType, /*to_pairs=*/false, file[r], blocks_in_group);
     }
-    *at = 0;
-    return static_cast<const std::byte* const*>(file_rows);
+    return file_rows;
   };
   const int64_t full = blocks / 4;
   for (int64_t g = 0; g < full; ++g) {
@@ -252,16 +251,15 @@ HWY_INLINE LOOM_KERNELS_VNNI_ATTR void QuadTile(const std::byte* const* rows, in
         PrefetchAhead<kGroupBytes>(rows[r] + g * kGroupBytes, prefetch_offset);
       }
     }
-    int64_t at;
-    const std::byte* const* quad = group(g, 4, &at);
-    QuadStep<kActs>(acc, DecodeQuad<kType, false>(quad, at, 0), xq + g * internal::kQActGroupBytes,
-                    xq_stride);
+    const Quad w = kPairs ? DecodeQuad<kType, false>(file_group(g, 4), 0, 0)
+                          : DecodeQuad<kType, false>(rows, g, 0);
+    QuadStep<kActs>(acc, w, xq + g * internal::kQActGroupBytes, xq_stride);
   }
   if (blocks % 4 != 0) {
-    int64_t at;
-    const std::byte* const* quad = group(full, blocks % 4, &at);
-    QuadStep<kActs>(acc, DecodeQuad<kType, true>(quad, at, blocks % 4 * QuantBlockBytes(kType)),
-                    xq + full * internal::kQActGroupBytes, xq_stride);
+    const int64_t valid = blocks % 4 * QuantBlockBytes(kType);
+    const Quad w = kPairs ? DecodeQuad<kType, true>(file_group(full, blocks % 4), 0, valid)
+                          : DecodeQuad<kType, true>(rows, full, valid);
+    QuadStep<kActs>(acc, w, xq + full * internal::kQActGroupBytes, xq_stride);
   }
   for (int a = 0; a < kActs; ++a) {
     // Row r = the sum of lane r of the 4 blocks' 128-bit chunks.
@@ -323,14 +321,21 @@ LOOM_KERNELS_QUAD_ATTR void QuantRowsIn(const MatrixView& w, int64_t row_begin, 
   }
 }
 
+// f(std::bool_constant<kPairs>{}): kPairs when w is in WeightLayout::kScalePairs.
+template <class F>
+HWY_INLINE void WithScalePairs(const MatrixView& w, const F& f) {
+  if (w.layout == WeightLayout::kScalePairs) {
+    f(std::true_type{});
+  } else {
+    f(std::false_type{});
+  }
+}
+
 template <DType kType>
 void QuantRows(const MatrixView& w, int64_t row_begin, int64_t row_end, const std::byte* xq,
                int64_t n, float* y, int64_t y_stride) {
-  if (w.layout == WeightLayout::kScalePairs) {
-    QuantRowsIn<kType, true>(w, row_begin, row_end, xq, n, y, y_stride);
-  } else {
-    QuantRowsIn<kType, false>(w, row_begin, row_end, xq, n, y, y_stride);
-  }
+  WithScalePairs(
+      w, [&](auto pairs) { QuantRowsIn<kType, pairs>(w, row_begin, row_end, xq, n, y, y_stride); });
 }
 
 #endif  // x86 quad tiles
@@ -345,25 +350,18 @@ bool QuantLeafRows(const MatrixView& w, int64_t leaves, int64_t row_begin, int64
   const int64_t blocks = w.cols / leaves / 32;  // per leaf
   const int64_t leaf_bytes = blocks * QuantBlockBytes(kType);
   const int64_t row_bytes = leaves * leaf_bytes;
-  const auto run_leaves = [&](auto pairs) {
+  if (w.layout == WeightLayout::kScalePairs && blocks % 2 != 0) return false;  // cuts a pair
+  WithScalePairs(w, [&](auto pairs) {
     LeafQuads(
         w, leaves, row_bytes, row_begin, row_end, QuadPrefetchRows(row_bytes),
         [&](int64_t r, int rows_valid, int64_t l, const std::byte* const* rows, PrefetchRun run)
             __attribute__((always_inline)) {
               const int64_t offset =
                   static_cast<int64_t>(run.begin - reinterpret_cast<uintptr_t>(rows[0]));
-              QuadTile<kType, decltype(pairs)::value, 1>(
-                  rows, rows_valid, run.bytes > 0 ? offset : 0, blocks, xq + l * xq_stride, 0,
-                  parts[l] + r, 0, run.bytes);
+              QuadTile<kType, pairs, 1>(rows, rows_valid, run.bytes > 0 ? offset : 0, blocks,
+                                        xq + l * xq_stride, 0, parts[l] + r, 0, run.bytes);
             });
-  };
-  if (w.layout != WeightLayout::kScalePairs) {
-    run_leaves(std::false_type{});
-  } else if (blocks % 2 == 0) {  // every leaf begins on a pair
-    run_leaves(std::true_type{});
-  } else {
-    return false;
-  }
+  });
   return true;
 #else
   (void)w, (void)leaves, (void)row_begin, (void)row_end, (void)xq, (void)xq_stride, (void)parts;
@@ -387,17 +385,15 @@ HWY_INLINE float QuantDotPortable(const std::byte* row, WeightLayout layout, int
   const hn::Rebind<int8_t, decltype(d16)> di8;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d16));
   auto acc = hn::Zero(df);
-  std::byte pair[2 * QuantBlockBytes(kType)];
-  const std::byte* file = nullptr;  // blocks b & ~1.. in the file's layout
+  internal::FileBlockReader reader(kType, layout, row, blocks);
   for (int64_t b = 0; b < blocks; ++b) {
-    if (b % 2 == 0) file = internal::FileBlocks(kType, layout, row, blocks, b, pair);
     const std::byte* x = xq + b / 4 * internal::kQActGroupBytes;
     const int64_t s = b % 4;
     const int8_t* x_lo = reinterpret_cast<const int8_t*>(x + internal::kQActLo + 16 * s);
     const int8_t* x_hi = reinterpret_cast<const int8_t*>(x + internal::kQActHi + 16 * s);
     float dx;
     std::memcpy(&dx, x + internal::kQActScale + 16 * s, sizeof(dx));
-    const std::byte* blk = file + b % 2 * QuantBlockBytes(kType);
+    const std::byte* blk = reader.Block(b);
     auto sum0 = hn::Zero(d32);
     auto sum1 = hn::Zero(d32);
     for (int64_t c = 0; c < 16; c += lanes) {

@@ -205,13 +205,9 @@ HWY_INLINE void QuadTile(const std::byte* const* rows, int rows_valid, int64_t p
     groups_of(full, groups);
     const int64_t left = blocks % 4;
     for (int r = 0; r < 4; ++r) {
-      if (kPairs && left % 2 != 0) {
-        alignas(32) std::byte last[2 * kB] = {};
-        std::memcpy(tail[r], groups[r], static_cast<size_t>((left - 1) * kB));
-        std::memcpy(last, groups[r] + (left - 1) * kB, static_cast<size_t>(kB));
-        internal::FileToScalePair(kType, last, tail[r] + (left - 1) * kB);
-      } else {
-        std::memcpy(tail[r], groups[r], static_cast<size_t>(left * kB));
+      std::memcpy(tail[r], groups[r], static_cast<size_t>(left * kB));
+      if (kPairs && left % 2 != 0) {  // with the zeros after it
+        internal::ConvertScalePairs(kType, /*to_pairs=*/true, tail[r] + (left - 1) * kB, 2);
       }
       groups[r] = tail[r];
     }

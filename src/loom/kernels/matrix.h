@@ -22,8 +22,8 @@ enum class WeightLayout : uint8_t {
   // Q4_0 and Q8_0: each row's blocks in pairs from its first column, a pair (2 * 32 values, the
   // bytes of two blocks) holding both f16 scales and then the quants in the qact order (Q4_0: the
   // two blocks' nibble bytes; Q8_0: values 0..15 of both blocks, then 16..31 of both); a row's
-  // last block, when unpaired, as in the file.  FileToScalePair (block_formats.h) converts.  Column
-  // ranges must begin on a pair (ColRangeOk).
+  // last block, when unpaired, as in the file.  ConvertScalePairs (block_formats.h) converts.
+  // Column ranges must begin on a pair (ColRangeOk).
   kScalePairs,
 };
 

@@ -36,13 +36,11 @@ void QuantizeActivations(const float* x, int64_t n, int8_t* q, float* d) {
 float DotQuantizedRow(const MatrixView& w, int64_t row, const int8_t* q, const float* d) {
   const std::byte* p = w.data + row * w.row_stride;
   const int64_t blocks = w.cols / kQ8Block;
-  std::byte pair[2 * internal::kQ8_0BlockBytes];
-  const std::byte* file = nullptr;  // blocks b & ~1.. in the file's layout
+  internal::FileBlockReader reader(w.type, w.layout, p, blocks);
   float sum = 0.0f;
   for (int64_t b = 0; b < blocks; ++b) {
     const int8_t* qx = q + b * kQ8Block;
-    if (b % 2 == 0) file = internal::FileBlocks(w.type, w.layout, p, blocks, b, pair);
-    const std::byte* blk = file + b % 2 * internal::QuantBlockBytes(w.type);
+    const std::byte* blk = reader.Block(b);
     const float dw = base::F16ToF32(LoadU16(blk));
     int32_t isum = 0;
     if (w.type == DType::kQ8_0) {
@@ -73,12 +71,9 @@ void DequantizeRow(const MatrixView& w, int64_t row, float* out) {
     case DType::kQ8_0:
     case DType::kQ4_0: {
       const int64_t blocks = w.cols / 32;
-      const int64_t kB = internal::QuantBlockBytes(w.type);
-      std::byte pair[2 * internal::kQ8_0BlockBytes];
-      const std::byte* file = nullptr;  // blocks b & ~1.. in the file's layout
+      internal::FileBlockReader reader(w.type, w.layout, p, blocks);
       for (int64_t b = 0; b < blocks; ++b) {
-        if (b % 2 == 0) file = internal::FileBlocks(w.type, w.layout, p, blocks, b, pair);
-        const std::byte* blk = file + b % 2 * kB;
+        const std::byte* blk = reader.Block(b);
         const float dw = base::F16ToF32(LoadU16(blk));
         if (w.type == DType::kQ8_0) {
           for (int j = 0; j < 32; ++j) out[b * 32 + j] = dw * static_cast<int8_t>(blk[2 + j]);
