@@ -2,6 +2,7 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <chrono>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -44,6 +45,7 @@ int ThreadPool::AvailableCores() {
 ThreadPool::ThreadPool(int num_threads, int spin_microseconds)
     : spin_microseconds_(spin_microseconds) {
   if (num_threads <= 0) num_threads = AvailableCores();
+  shares_ = std::make_unique<Share[]>(static_cast<size_t>(num_threads));
   workers_.reserve(static_cast<size_t>(num_threads - 1));
   for (int i = 1; i < num_threads; ++i) workers_.emplace_back([this, i] { WorkerLoop(i); });
 }
@@ -73,6 +75,35 @@ void ThreadPool::RunImpl(Fn fn, const void* ctx) {
   }
   fn(ctx, 0);
   for (int i = 0; pending_.load(std::memory_order_acquire) != 0; ++i) Relax(i);
+}
+
+bool ThreadPool::NextChunk(int t, int64_t chunk, int64_t* begin, int64_t* end) {
+  const auto front = [](uint64_t r) { return static_cast<int64_t>(r >> 32); };
+  const auto back = [](uint64_t r) { return static_cast<int64_t>(r & 0xFFFFFFFFu); };
+  std::atomic<uint64_t>& own = shares_[t].range;
+  uint64_t r = own.load(std::memory_order_relaxed);
+  while (front(r) < back(r)) {
+    const int64_t take = std::min(chunk, back(r) - front(r));
+    if (own.compare_exchange_weak(r, Pack(front(r) + take, back(r)), std::memory_order_relaxed)) {
+      *begin = front(r);
+      *end = front(r) + take;
+      return true;
+    }
+  }
+  for (int k = 1; k < size(); ++k) {
+    std::atomic<uint64_t>& other = shares_[(t + k) % size()].range;
+    r = other.load(std::memory_order_relaxed);
+    while (front(r) < back(r)) {
+      const int64_t take = std::min(chunk, back(r) - front(r));
+      if (other.compare_exchange_weak(r, Pack(front(r), back(r) - take),
+                                      std::memory_order_relaxed)) {
+        *begin = back(r) - take;
+        *end = back(r);
+        return true;
+      }
+    }
+  }
+  return false;
 }
 
 void ThreadPool::WorkerLoop(int index) {

@@ -179,8 +179,7 @@ void MatMulMulti(std::span<const MatrixView> w, const float* x, int64_t n,
     act = scratch;
   }
   float* partials = reinterpret_cast<float*>(scratch + act_bytes);
-  // Grain 4 = the kernels' row tile, so threads split on tile boundaries.
-  pool.ParallelFor(total_rows, 4, [&](int64_t begin, int64_t end) {
+  const auto rows_of = [&](int64_t begin, int64_t end) {
     int64_t base = 0;
     for (size_t i = 0; i < w.size(); ++i) {
       const int64_t lo = std::max(begin, base) - base;
@@ -218,7 +217,11 @@ void MatMulMulti(std::span<const MatrixView> w, const float* x, int64_t n,
       }
       base += w[i].rows;
     }
-  });
+  };
+  // Grain 4 = the kernels' row tile, so threads split on tile boundaries.  Decode's products are
+  // streams from memory whose threads do not keep the same pace; balanced, the thread ahead takes
+  // the other's last chunks instead of waiting for them (a row's sum is the same on any thread).
+  pool.ParallelForBalanced(total_rows, 4, rows_of);
 }
 
 void MatMulGrouped(std::span<const MatrixView> w, const float* x, int64_t m,
