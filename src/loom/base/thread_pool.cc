@@ -77,30 +77,25 @@ void ThreadPool::RunImpl(Fn fn, const void* ctx) {
   for (int i = 0; pending_.load(std::memory_order_acquire) != 0; ++i) Relax(i);
 }
 
-bool ThreadPool::NextChunk(int t, int64_t chunk, int64_t* begin, int64_t* end) {
-  const auto front = [](uint64_t r) { return static_cast<int64_t>(r >> 32); };
-  const auto back = [](uint64_t r) { return static_cast<int64_t>(r & 0xFFFFFFFFu); };
-  std::atomic<uint64_t>& own = shares_[t].range;
-  uint64_t r = own.load(std::memory_order_relaxed);
-  while (front(r) < back(r)) {
-    const int64_t take = std::min(chunk, back(r) - front(r));
-    if (own.compare_exchange_weak(r, Pack(front(r) + take, back(r)), std::memory_order_relaxed)) {
-      *begin = front(r);
-      *end = front(r) + take;
-      return true;
-    }
+bool ThreadPool::TakeChunk(std::atomic<uint64_t>& range, int64_t chunk, bool from_back,
+                           int64_t* begin, int64_t* end) {
+  uint64_t r = range.load(std::memory_order_relaxed);
+  for (;;) {
+    const auto front = static_cast<int64_t>(r >> 32);
+    const auto back = static_cast<int64_t>(r & 0xFFFFFFFFu);
+    if (front >= back) return false;
+    const int64_t take = std::min(chunk, back - front);
+    *begin = from_back ? back - take : front;
+    *end = *begin + take;
+    const uint64_t left = from_back ? Pack(front, *begin) : Pack(*end, back);
+    if (range.compare_exchange_weak(r, left, std::memory_order_relaxed)) return true;
   }
-  for (int k = 1; k < size(); ++k) {
-    std::atomic<uint64_t>& other = shares_[(t + k) % size()].range;
-    r = other.load(std::memory_order_relaxed);
-    while (front(r) < back(r)) {
-      const int64_t take = std::min(chunk, back(r) - front(r));
-      if (other.compare_exchange_weak(r, Pack(front(r), back(r) - take),
-                                      std::memory_order_relaxed)) {
-        *begin = back(r) - take;
-        *end = back(r);
-        return true;
-      }
+}
+
+bool ThreadPool::NextChunk(int t, int64_t chunk, int64_t* begin, int64_t* end) {
+  for (int k = 0; k < size(); ++k) {  // its own share first, then the others'
+    if (TakeChunk(shares_[(t + k) % size()].range, chunk, /*from_back=*/k > 0, begin, end)) {
+      return true;
     }
   }
   return false;

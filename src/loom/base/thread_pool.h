@@ -94,6 +94,10 @@ class ThreadPool {
   static uint64_t Pack(int64_t front, int64_t back) {
     return static_cast<uint64_t>(front) << 32 | static_cast<uint64_t>(back);
   }
+  // Claims [*begin, *end), at most `chunk` units from the front or the back of `range`; false when
+  // it is empty.
+  static bool TakeChunk(std::atomic<uint64_t>& range, int64_t chunk, bool from_back,
+                        int64_t* begin, int64_t* end);
   // The next chunk [*begin, *end) of thread t: from the front of its own share, else from the back
   // of another's; false when every share is taken.
   bool NextChunk(int t, int64_t chunk, int64_t* begin, int64_t* end);

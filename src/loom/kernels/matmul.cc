@@ -218,9 +218,10 @@ void MatMulMulti(std::span<const MatrixView> w, const float* x, int64_t n,
       base += w[i].rows;
     }
   };
-  // Grain 4 = the kernels' row tile, so threads split on tile boundaries.  Decode's products are
-  // streams from memory whose threads do not keep the same pace; balanced, the thread ahead takes
-  // the other's last chunks instead of waiting for them (a row's sum is the same on any thread).
+  // Grain 4 = the kernels' row tile, so threads split on tile boundaries.  The threads do not keep
+  // the same pace (decode streams from memory, cores get descheduled); balanced, the thread ahead
+  // takes the other's last chunks instead of waiting for them (a row's sum is the same on any
+  // thread).
   pool.ParallelForBalanced(total_rows, 4, rows_of);
 }
 
