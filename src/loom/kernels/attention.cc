@@ -1,9 +1,10 @@
 // AttendMany (attention.h), Highway SIMD with dynamic dispatch.  Per block of kAttendKeyBlock
-// positions the keys are transposed to (head_dim, block) floats and Q8_0 values dequantized, once
-// for all the queries of the call; then per query: the block's scores as vectors over positions
-// (no horizontal sums), the online-softmax update of the running max and sum, and the weighted
-// values added into the query's accumulator with the correction exp(old max - new max).  Memory
-// sees each row once per call.
+// positions the keys are transposed to (head_dim, block) floats and the values made contiguous
+// float rows (Q8_0 dequantized, f32 copied), once for all the queries of the call; then per tile of
+// kAttendTileQueries queries (each load of a key or value row serving the tile), or per query: the
+// block's scores as vectors over positions (no horizontal sums), the online-softmax update of the
+// running max and sum, and the weighted values added into the query's accumulator with the
+// correction exp(old max - new max).  Memory sees each row once per call.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "loom/kernels/attention.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
@@ -138,9 +139,64 @@ HWY_INLINE void BlockScores(DF df, const float* q, const float* kt, int64_t n, i
   }
 }
 
-// acc(head_dim) = c * acc + sum_{j in [0, n)} w[j] * row j, row j at rows + j * stride.
-HWY_INLINE void AccumulateRows(DF df, const float* rows, int64_t stride, int64_t n, const float* w,
-                               float c, int64_t head_dim, float* acc) {
+// w[m * kAttendKeyBlock + j] = scale * (q[m] . key j) for the tile's queries and all the block's
+// positions, in BlockScores' order (per query and position: even and odd i in two chains, then
+// added), a vector of positions at a time.  head_dim even.
+HWY_INLINE void TileScores(DF df, const float* const* q, const float* kt, int64_t head_dim,
+                           float scale, float* w) {
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  constexpr int64_t kT = kAttendTileQueries;
+  for (int64_t j0 = 0; j0 < kAttendKeyBlock; j0 += lanes) {
+    hn::Vec<DF> a[kT], b[kT];
+    for (int64_t m = 0; m < kT; ++m) a[m] = b[m] = hn::Zero(df);
+    for (int64_t i = 0; i < head_dim; i += 2) {
+      const float* r0 = kt + i * kAttendKeyBlock + j0;
+      const auto k0 = hn::LoadU(df, r0), k1 = hn::LoadU(df, r0 + kAttendKeyBlock);
+      for (int64_t m = 0; m < kT; ++m) {
+        a[m] = hn::MulAdd(hn::Set(df, q[m][i]), k0, a[m]);
+        b[m] = hn::MulAdd(hn::Set(df, q[m][i + 1]), k1, b[m]);
+      }
+    }
+    for (int64_t m = 0; m < kT; ++m) {
+      hn::StoreU(hn::Mul(hn::Add(a[m], b[m]), hn::Set(df, scale)), df,
+                 w + m * kAttendKeyBlock + j0);
+    }
+  }
+}
+
+// For each query m of the tile: acc[m](head_dim) = c[m] * acc[m] + sum_{j in [0, n)}
+// w[m * kAttendKeyBlock + j] * row j (rows(n, head_dim)), in AccumulateRows' order (per value, j in
+// order).  head_dim a multiple of 2 vectors.
+HWY_INLINE void TileAccumulate(DF df, const float* rows, int64_t n, const float* w, const float* c,
+                               int64_t head_dim, float* const* acc) {
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  for (int64_t i = 0; i < head_dim; i += 2 * lanes) {
+    hn::Vec<DF> a[kAttendTileQueries][2];
+    for (int64_t m = 0; m < kAttendTileQueries; ++m) {
+      const auto cm = hn::Set(df, c[m]);
+      a[m][0] = hn::Mul(cm, hn::LoadU(df, acc[m] + i));
+      a[m][1] = hn::Mul(cm, hn::LoadU(df, acc[m] + i + lanes));
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      const float* v = rows + j * head_dim + i;
+      const auto v0 = hn::LoadU(df, v), v1 = hn::LoadU(df, v + lanes);
+      for (int64_t m = 0; m < kAttendTileQueries; ++m) {
+        const auto s = hn::Set(df, w[m * kAttendKeyBlock + j]);
+        a[m][0] = hn::MulAdd(s, v0, a[m][0]);
+        a[m][1] = hn::MulAdd(s, v1, a[m][1]);
+      }
+    }
+    for (int64_t m = 0; m < kAttendTileQueries; ++m) {
+      hn::StoreU(a[m][0], df, acc[m] + i);
+      hn::StoreU(a[m][1], df, acc[m] + i + lanes);
+    }
+  }
+}
+
+// acc(head_dim) = c * acc + sum_{j in [0, n)} w[j] * row j of rows(n, head_dim); per value the
+// sum runs over j in order (TileAccumulate keeps it).
+HWY_INLINE void AccumulateRows(DF df, const float* rows, int64_t n, const float* w, float c,
+                               int64_t head_dim, float* acc) {
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
   const auto vc = hn::Set(df, c);
   int64_t i = 0;
@@ -151,7 +207,7 @@ HWY_INLINE void AccumulateRows(DF df, const float* rows, int64_t stride, int64_t
     auto a3 = hn::Mul(vc, hn::LoadU(df, acc + i + 3 * lanes));
     for (int64_t j = 0; j < n; ++j) {
       const auto s = hn::Set(df, w[j]);
-      const float* v = rows + j * stride + i;
+      const float* v = rows + j * head_dim + i;
       a0 = hn::MulAdd(s, hn::LoadU(df, v), a0);
       a1 = hn::MulAdd(s, hn::LoadU(df, v + lanes), a1);
       a2 = hn::MulAdd(s, hn::LoadU(df, v + 2 * lanes), a2);
@@ -165,13 +221,13 @@ HWY_INLINE void AccumulateRows(DF df, const float* rows, int64_t stride, int64_t
   for (; i + lanes <= head_dim; i += lanes) {
     auto a = hn::Mul(vc, hn::LoadU(df, acc + i));
     for (int64_t j = 0; j < n; ++j) {
-      a = hn::MulAdd(hn::Set(df, w[j]), hn::LoadU(df, rows + j * stride + i), a);
+      a = hn::MulAdd(hn::Set(df, w[j]), hn::LoadU(df, rows + j * head_dim + i), a);
     }
     hn::StoreU(a, df, acc + i);
   }
   for (; i < head_dim; ++i) {
     float a = c * acc[i];
-    for (int64_t j = 0; j < n; ++j) a += w[j] * rows[j * stride + i];
+    for (int64_t j = 0; j < n; ++j) a += w[j] * rows[j * head_dim + i];
     acc[i] = a;
   }
 }
@@ -209,20 +265,34 @@ HWY_INLINE float ExpShifted(DF df, float* w, int64_t n, float mx) {
   return sum;
 }
 
-// Per block of positions: the keys transposed (and Q8_0 values dequantized) once for all the
-// queries, then per query the scores, the online-softmax update and the weighted values.
+// The online-softmax step of one query over a block: w(n) (scores) becomes exp(w - new max), the
+// running max and sum move to the block; returns the factor exp(old max - new max) for the
+// accumulated values (0 on the first block, whose old max is -inf).
+HWY_INLINE float SoftmaxStep(DF df, float* w, int64_t n, float& mx, float& sum) {
+  const float new_max = std::max(mx, MaxOf(df, w, n));
+  const float c = std::exp(mx - new_max);
+  sum = sum * c + ExpShifted(df, w, n, new_max);
+  mx = new_max;
+  return c;
+}
+
+// Per block of positions: the keys transposed and the values made contiguous floats once for all
+// the queries, then per tile of kAttendTileQueries queries that see the same positions of the
+// block (else per query) the scores, the online-softmax update and the weighted values.
 template <KvType T>
 void AttendManyT(const AttendQuery* queries, int64_t n_queries, const KvHeadRows& keys,
                  const KvHeadRows& values, int64_t head_dim, float scale, float* scratch) {
   const DF df;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
   constexpr int64_t kB = kAttendKeyBlock;
-  float* w = scratch;                      // (kB) one query's block scores, then weights
-  float* kt = w + kB;                      // (head_dim, kB) the block's keys as a float tile
-  float* vb = kt + head_dim * kB;          // (kB, head_dim) Q8_0: the block's values as floats
-  float* acc = vb + kB * head_dim;         // (n_queries, head_dim) unnormalized outputs
-  float* mx = acc + n_queries * head_dim;  // (n_queries) running max of the scores
-  float* sum = mx + n_queries;             // (n_queries) running sum of exp(score - max)
+  float* w = scratch;                       // (kAttendTileQueries, kB) scores, then weights
+  float* kt = w + kAttendTileQueries * kB;  // (head_dim, kB) the block's keys as a float tile
+  float* vb = kt + head_dim * kB;           // (kB, head_dim) the block's values as floats
+  float* acc = vb + kB * head_dim;          // (n_queries, head_dim) unnormalized outputs
+  float* mx = acc + n_queries * head_dim;   // (n_queries) running max of the scores
+  float* sum = mx + n_queries;              // (n_queries) running sum of exp(score - max)
+  // Tiles of queries where a tile's values are whole pairs of vectors.
+  const bool tiles = head_dim % (2 * lanes) == 0;
   int64_t max_len = 0;
   for (int64_t m = 0; m < n_queries; ++m) {
     max_len = std::max(max_len, queries[m].len);
@@ -233,25 +303,45 @@ void AttendManyT(const AttendQuery* queries, int64_t n_queries, const KvHeadRows
   for (int64_t p0 = 0; p0 < max_len; p0 += kB) {
     const int64_t nb = std::min(kB, max_len - p0);
     const float* tile = KeyTile<T>(df, keys, p0, nb, head_dim, kt);
-    const float* vrows = vb;
-    int64_t vstride = head_dim;
+    // The block's values as rows of floats (f32 rows copied: in L1 for all the queries, where
+    // the cache's rows lie a row of all kv heads apart).
     if constexpr (T == KvType::kF32) {
-      vrows = values.f32 + p0 * values.stride;
-      vstride = values.stride;
+      for (int64_t j = 0; j < nb; ++j) {
+        std::copy_n(values.f32 + (p0 + j) * values.stride, head_dim, vb + j * head_dim);
+      }
     } else {
       DequantizeValues(df, values, p0, nb, head_dim, vb);
     }
-    for (int64_t m = 0; m < n_queries; ++m) {
+    int64_t m = 0;
+    while (m < n_queries) {
       const AttendQuery& qm = queries[m];
-      if (qm.len <= p0) continue;
+      if (qm.len <= p0) {
+        ++m;
+        continue;
+      }
       const int64_t n = std::min(qm.len - p0, kB);
+      if (tiles && m + kAttendTileQueries <= n_queries &&
+          std::all_of(queries + m, queries + m + kAttendTileQueries,
+                      [&](const AttendQuery& o) { return std::min(o.len - p0, kB) == n; })) {
+        const float* q[kAttendTileQueries];
+        float* a[kAttendTileQueries];
+        float c[kAttendTileQueries];
+        for (int64_t t = 0; t < kAttendTileQueries; ++t) {
+          q[t] = queries[m + t].q;
+          a[t] = acc + (m + t) * head_dim;
+        }
+        TileScores(df, q, tile, head_dim, scale, w);
+        for (int64_t t = 0; t < kAttendTileQueries; ++t) {
+          c[t] = SoftmaxStep(df, w + t * kB, n, mx[m + t], sum[m + t]);
+        }
+        TileAccumulate(df, vb, n, w, c, head_dim, a);
+        m += kAttendTileQueries;
+        continue;
+      }
       BlockScores(df, qm.q, tile, n, head_dim, scale, w);
-      const float block_max = MaxOf(df, w, n);
-      const float new_max = std::max(mx[m], block_max);
-      const float c = std::exp(mx[m] - new_max);  // 0 on the first block (max was -inf)
-      sum[m] = sum[m] * c + ExpShifted(df, w, n, new_max);
-      mx[m] = new_max;
-      AccumulateRows(df, vrows, vstride, n, w, c, head_dim, acc + m * head_dim);
+      const float c = SoftmaxStep(df, w, n, mx[m], sum[m]);
+      AccumulateRows(df, vb, n, w, c, head_dim, acc + m * head_dim);
+      ++m;
     }
   }
   for (int64_t m = 0; m < n_queries; ++m) {

@@ -56,9 +56,13 @@ struct AttendQuery {
   float* out = nullptr;  // (head_dim); must not alias q or the rows
 };
 
+// Queries AttendMany takes together as one tile when they see the same positions of a block: each
+// load of a key or value row serves them all.  A query's bits do not depend on it.
+inline constexpr int64_t kAttendTileQueries = 4;
+
 // Floats of scratch AttendMany needs for n_queries queries.
 inline int64_t AttendScratchFloats(int64_t n_queries, int64_t head_dim) {
-  return kAttendKeyBlock * (1 + 2 * head_dim) + n_queries * (head_dim + 2);
+  return kAttendKeyBlock * (kAttendTileQueries + 2 * head_dim) + n_queries * (head_dim + 2);
 }
 
 // For each query: out = sum_p softmax_p(scale * q . key p) * value p over p in [0, len).  All

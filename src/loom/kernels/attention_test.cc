@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "loom/kernels/kernels_test_util.h"
@@ -157,18 +158,26 @@ TEST(AttentionTest, MatchesReferenceOnRaggedShapes) {
   });
 }
 
+// Alone, a query takes the one-query path; in a call, tiles of kAttendTileQueries queries where
+// they see the same positions of a block: group 4 makes each tile one row's heads, group 3 tiles
+// that span rows (and, in the last block, where the rows' lengths differ, the one-query path
+// between).
 TEST(AttentionTest, QueryGetsTheSameBitsAloneAsInATile) {
   ForEachSimdTarget([] {
     for (int64_t hd : {8, 64, 128}) {
-      for (KvType type : {KvType::kF32, KvType::kQ8_0}) {
-        const int64_t len = 300, tile = 16, group = 4;
+      for (auto [type, group] : {std::pair{KvType::kF32, int64_t{4}},
+                                 {KvType::kQ8_0, int64_t{4}},
+                                 {KvType::kF32, int64_t{3}},
+                                 {KvType::kQ8_0, int64_t{3}}}) {
+        const int64_t len = 300, tile = 16;
         const Rows rows(len, hd, 21);
         const Queries qs(group, tile, len, hd, 23);
         std::vector<float> together(qs.out.size()), rowwise(qs.out.size());
         Attend(qs, rows, type, together.data(), false, true);
         // The cache's tiled keys and row-major keys make the same float tiles: the same bits.
         Attend(qs, rows, type, rowwise.data(), false, false);
-        ASSERT_EQ(together, rowwise) << "head_dim " << hd << " " << KvTypeName(type);
+        ASSERT_EQ(together, rowwise)
+            << "head_dim " << hd << " " << KvTypeName(type) << " group " << group;
         const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
         std::vector<float> scratch(static_cast<size_t>(AttendScratchFloats(1, hd)));
         std::vector<float> alone(static_cast<size_t>(hd));
@@ -179,7 +188,8 @@ TEST(AttentionTest, QueryGetsTheSameBitsAloneAsInATile) {
                      scratch.data());
           ASSERT_EQ(0, std::memcmp(alone.data(), together.data() + m * hd,
                                    static_cast<size_t>(hd) * sizeof(float)))
-              << "head_dim " << hd << " " << KvTypeName(type) << " query " << m;
+              << "head_dim " << hd << " " << KvTypeName(type) << " group " << group << " query "
+              << m;
         }
       }
     }
