@@ -94,7 +94,7 @@ HWY_INLINE int64_t KGroupAt(int64_t g) {
 }
 
 // Groups [g0, g0 + 16 / scale bytes) of the 4 rows at base[r] (kFull), or the `count` < that
-// left at the ends of the rows (read from zero-padded copies: nothing past a row is read).
+// left at the ends of the rows (zeros after them: nothing past a row is read).
 template <bool kFull, bool kInterleaved>
 HWY_INLINE void KTransposeGroups(DType type, const std::byte* const* base, int64_t g0,
                                  int64_t count, float* t) {
@@ -102,13 +102,8 @@ HWY_INLINE void KTransposeGroups(DType type, const std::byte* const* base, int64
   __m128i v[4];
   for (int r = 0; r < 4; ++r) {
     const std::byte* p = base[r] + g0 * sb;
-    if constexpr (kFull) {
-      v[r] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    } else {
-      alignas(16) std::byte copy[16] = {};
-      std::memcpy(copy, p, static_cast<size_t>(count * sb));
-      v[r] = _mm_load_si128(reinterpret_cast<const __m128i*>(copy));
-    }
+    v[r] =
+        kFull ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)) : KLoadHead16(p, count * sb);
   }
   const auto store = [&](int64_t j, __m128 g) __attribute__((always_inline)) {
     if (kFull || j < count) _mm_store_ps(t + KGroupAt<kInterleaved>(g0 + j), g);
