@@ -469,20 +469,16 @@ HWY_INLINE void KMlxPrepare(const MatrixView& w, KMlxQuad* quad) {
   quad->mask = _mm256_set1_epi16(static_cast<int16_t>((1 << bits) - 1));
 }
 
-// The first `bytes` (< 16) bytes at p, zeros after; reads only those.  In registers, from the
-// last piece to the first: a copy through the stack (a memcpy call of a size known at run time,
-// then a 16-byte load of what it stored in pieces) was a fifth of the MLX decode leaves' time,
-// whose rows end in a partial load of factors per quad.
+// The first `bytes` (even, under 16) bytes at p, zeros after; reads only those.  In registers,
+// from the last piece to the first: a copy through the stack (a memcpy call of a size known at run
+// time, then a 16-byte load of what it stored in pieces) was a fifth of the MLX decode leaves'
+// time, whose rows end in a partial load of factors per quad.  A constant size folds to its loads.
 HWY_INLINE __m128i KLoadHead16(const std::byte* p, int64_t bytes) {
   __m128i v = _mm_setzero_si128();
   int64_t at = bytes;
-  if (bytes & 1) {
-    at -= 1;
-    v = _mm_cvtsi32_si128(static_cast<int32_t>(static_cast<uint8_t>(p[at])));
-  }
   if (bytes & 2) {
     at -= 2;
-    v = _mm_or_si128(_mm_slli_si128(v, 2), _mm_cvtsi32_si128(internal::LoadU16(p + at)));
+    v = _mm_cvtsi32_si128(internal::LoadU16(p + at));
   }
   if (bytes & 4) {
     at -= 4;
@@ -498,22 +494,12 @@ HWY_INLINE __m128i KLoadHead16(const std::byte* p, int64_t bytes) {
   return v;
 }
 
-// The first kBytes bytes at p (kBytes == 0: `bytes`, up to 16), zeros after; reads only those.
+// The first kBytes bytes at p (kBytes == 0: `bytes`, even and under 16), zeros after; reads only
+// those.
 template <int kBytes>
 HWY_INLINE __m128i KLoadBytes16(const std::byte* p, int64_t bytes) {
-  if constexpr (kBytes == 16) {
-    return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  } else if constexpr (kBytes == 8) {
-    return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
-  } else if constexpr (kBytes == 4) {
-    int32_t v;
-    std::memcpy(&v, p, sizeof(v));
-    return _mm_cvtsi32_si128(v);
-  } else if constexpr (kBytes == 2) {
-    return _mm_cvtsi32_si128(internal::LoadU16(p));
-  } else {
-    return KLoadHead16(p, bytes);
-  }
+  if constexpr (kBytes == 16) return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return KLoadHead16(p, kBytes == 0 ? bytes : kBytes);
 }
 
 template <int kBits>  // 4, 8, or 0: any other width (2, 3, 5, 6)
